@@ -1,0 +1,167 @@
+# dblock — distributed locks in the database you already run.
+#
+#   make            library (shared + static), programs, dblock.pc
+#   make demo       the bank-withdrawal demo on a temporary SQLite file
+#   make check      the whole test suite against real SQLite, PostgreSQL and
+#                   MariaDB servers it starts itself (plus ASan/UBSan, TSan)
+#   make bench      the benchmark (see bench/README or the README table)
+#   make install    PREFIX=/usr/local DESTDIR=
+#
+# SAN=asan or SAN=tsan builds an instrumented tree under build-$(SAN)/.
+
+VERSION   := 0.1.0
+SOMAJOR   := 0
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+LIBDIR    ?= $(PREFIX)/lib
+INCDIR    ?= $(PREFIX)/include
+BINDIR    ?= $(PREFIX)/bin
+SBINDIR   ?= $(PREFIX)/sbin
+DATADIR   ?= $(PREFIX)/share
+MANDIR    ?= $(DATADIR)/man
+
+CC        ?= cc
+SAN       ?=
+B         := build$(if $(SAN),-$(SAN))
+
+PG_CFLAGS := $(shell pkg-config --cflags libpq 2>/dev/null || echo -I/usr/include/postgresql)
+PG_LIBS   := $(shell pkg-config --libs libpq 2>/dev/null || echo -lpq)
+MY_CFLAGS := $(shell pkg-config --cflags libmariadb 2>/dev/null || mysql_config --include 2>/dev/null)
+MY_LIBS   := $(shell pkg-config --libs libmariadb 2>/dev/null || mysql_config --libs 2>/dev/null)
+LITE_LIBS := $(shell pkg-config --libs sqlite3 2>/dev/null || echo -lsqlite3)
+
+WARN      := -Wall -Wextra -Wstrict-prototypes -Wwrite-strings -Wshadow \
+             -Wno-unused-parameter -Werror
+SANFLAGS_asan := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+SANFLAGS_tsan := -fsanitize=thread -fno-omit-frame-pointer
+SANFLAGS  := $(SANFLAGS_$(SAN))
+OPT       := $(if $(SAN),-O1 -g,-O2 -g)
+CFLAGS    ?=
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(OPT) $(WARN) $(SANFLAGS) -Iinclude -Isrc \
+              $(PG_CFLAGS) $(MY_CFLAGS) $(CFLAGS)
+LDLIBS    := $(PG_LIBS) $(MY_LIBS) $(LITE_LIBS) -lpthread
+ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
+
+LIB_SRC   := src/core/client.c src/core/error.c src/core/url.c src/core/lock.c \
+             src/core/watchdog.c src/core/admin.c src/core/migrate.c \
+             src/drivers/driver.c src/drivers/pg.c src/drivers/mysql.c src/drivers/sqlite.c \
+             src/strategies/lease.c src/strategies/insert.c src/strategies/for_update.c \
+             src/strategies/optimistic.c
+LIB_OBJ   := $(patsubst src/%.c,$(B)/obj/%.o,$(LIB_SRC)) $(B)/obj/migrations.o
+MIGRATIONS := $(wildcard migrations/*/*.sql)
+
+PROGRAMS  := $(B)/dblock $(B)/dblock-bank $(B)/dblock-reaper
+TESTS     := $(B)/test_url $(B)/test_driver $(B)/test_migrate $(B)/test_conformance \
+             $(B)/test_contention $(B)/test_bank
+HELPERS   := $(B)/lockhelper
+
+SONAME    := libdblock.so.$(SOMAJOR)
+
+.PHONY: all lib programs tests header-test demo check bench install uninstall clean
+all: lib programs $(B)/dblock.pc header-test
+
+lib: $(B)/libdblock.a $(B)/libdblock.so
+programs: $(PROGRAMS)
+tests: $(TESTS) $(HELPERS)
+
+$(B)/obj/%.o: src/%.c include/dblock.h $(wildcard src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/migrations.c: $(MIGRATIONS) tools/embed-migrations.sh
+	@mkdir -p $(B)
+	sh tools/embed-migrations.sh migrations > $@.tmp && mv $@.tmp $@
+
+$(B)/obj/migrations.o: $(B)/migrations.c src/core/migrations.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/libdblock.a: $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(B)/libdblock.so.$(VERSION): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,$(SONAME) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/libdblock.so: $(B)/libdblock.so.$(VERSION)
+	ln -sf libdblock.so.$(VERSION) $(B)/$(SONAME)
+	ln -sf libdblock.so.$(VERSION) $@
+
+# Programs and tests include only the public header (-Iinclude), and link
+# the static library so they run from the tree without installing.
+PROG_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SANFLAGS) -Iinclude $(CFLAGS)
+
+$(B)/dblock: src/tools/dblock.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a
+	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
+$(B)/dblock-reaper: src/tools/dblock_reaper.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a
+	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock_reaper.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
+$(B)/dblock-bank: src/tools/dblock_bank.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a $(wildcard sql/*/*.sql)
+	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock_bank.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
+
+# Tests may also include the driver interface (test_driver exercises it
+# directly); everything else goes through dblock.h.
+TEST_CFLAGS := $(PROG_CFLAGS) -Isrc -Itests
+$(B)/test_%: tests/test_%.c tests/testutil.h tests/testutil.c $(B)/libdblock.a
+	$(CC) $(TEST_CFLAGS) -o $@ $< tests/testutil.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS) -lcmocka
+$(B)/lockhelper: tests/lockhelper.c $(B)/libdblock.a
+	$(CC) $(PROG_CFLAGS) -o $@ $< $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
+
+$(B)/dblock.pc: Makefile
+	@mkdir -p $(B)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+	  'Name: dblock' 'Description: distributed locks in PostgreSQL, MySQL/MariaDB and SQLite' \
+	  'Version: $(VERSION)' 'Libs: -L$${libdir} -ldblock' \
+	  'Libs.private: $(LDLIBS)' 'Requires.private: libpq sqlite3' \
+	  'Cflags: -I$${includedir}' > $@
+
+# The public header compiles alone, strictly.
+header-test: $(B)/.header-ok
+$(B)/.header-ok: include/dblock.h
+	@mkdir -p $(B)
+	printf '#include "dblock.h"\nint main(void) { return dblock_strerror(0) == 0; }\n' > $(B)/header_test.c
+	$(CC) -std=c11 -pedantic -Wall -Wextra -Werror -Iinclude -c $(B)/header_test.c -o $(B)/header_test.o
+	touch $@
+
+demo:
+	@sh tests/install-deps.sh --demo
+	@$(MAKE) --no-print-directory $(B)/dblock-bank
+	@sh tools/demo.sh $(B)/dblock-bank
+
+check:
+	@sh tests/install-deps.sh
+	@sh tests/run-all.sh
+
+bench:
+	@sh tests/install-deps.sh
+	@$(MAKE) --no-print-directory all
+	@sh bench/run.sh $(BENCH_ARGS)
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) \
+	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
+	install -m 644 include/dblock.h $(DESTDIR)$(INCDIR)/
+	install -m 644 $(B)/libdblock.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(B)/libdblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libdblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf libdblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libdblock.so
+	install -m 644 $(B)/dblock.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	install -m 755 $(B)/dblock $(B)/dblock-bank $(DESTDIR)$(BINDIR)/
+	install -m 755 $(B)/dblock-reaper $(DESTDIR)$(SBINDIR)/
+	for d in postgres mysql sqlite; do \
+	  install -d $(DESTDIR)$(DATADIR)/dblock/migrations/$$d; \
+	  install -m 644 migrations/$$d/*.sql $(DESTDIR)$(DATADIR)/dblock/migrations/$$d/; \
+	done
+	for m in man/*.1; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man1/ || true; done
+	for m in man/*.8; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man8/ || true; done
+
+uninstall:
+	rm -f $(DESTDIR)$(INCDIR)/dblock.h $(DESTDIR)$(LIBDIR)/libdblock.a \
+	  $(DESTDIR)$(LIBDIR)/libdblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME) \
+	  $(DESTDIR)$(LIBDIR)/libdblock.so $(DESTDIR)$(LIBDIR)/pkgconfig/dblock.pc \
+	  $(DESTDIR)$(BINDIR)/dblock $(DESTDIR)$(BINDIR)/dblock-bank $(DESTDIR)$(SBINDIR)/dblock-reaper \
+	  $(DESTDIR)$(MANDIR)/man1/dblock.1 $(DESTDIR)$(MANDIR)/man1/dblock-bank.1 \
+	  $(DESTDIR)$(MANDIR)/man8/dblock-reaper.8
+	rm -rf $(DESTDIR)$(DATADIR)/dblock
+
+clean:
+	rm -rf build build-asan build-tsan

@@ -1,0 +1,290 @@
+/*
+ * dblock.h — distributed locks kept in the relational database you already run.
+ *
+ * This is the only public header of dblock and its reference documentation.
+ *
+ * Conventions (libgit2 / SQLite style):
+ *   - Every function that can fail returns an int: 0 (DBLOCK_OK) or a negative
+ *     DBLOCK_E... code. Out-parameters come first.
+ *   - Handles are opaque. Every *_free function accepts NULL and does nothing.
+ *   - After a failure, dblock_last_error() (per thread) and
+ *     dblock_client_last_error() (per client) describe it: the dblock code, the
+ *     backend's SQLSTATE or native error number, and a message. A password is
+ *     never part of any message.
+ *   - Strings passed in are copied; the caller keeps ownership. Strings
+ *     returned by accessors belong to the handle and live as long as it does.
+ *   - Times are microseconds since the Unix epoch, UTC, by the database
+ *     server's clock (SQLite: the local clock, which is the server's).
+ *
+ * Thread rules: a dblock_client may be used from any number of threads at
+ * once. A dblock_lock handle belongs to the thread that acquired it: release it
+ * from that thread (its owner identity includes the thread).
+ */
+#ifndef DBLOCK_H
+#define DBLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DBLOCK_VERSION_MAJOR 0
+#define DBLOCK_VERSION_MINOR 1
+#define DBLOCK_VERSION_PATCH 0
+#define DBLOCK_VERSION_STRING "0.1.0"
+
+/* Longest lock name, in bytes. Names are 1..DBLOCK_NAME_MAX bytes of valid
+ * UTF-8 and are compared as exact bytes: "a", "A" and "a " are three names. */
+#define DBLOCK_NAME_MAX 255
+
+/* ---- Status codes ------------------------------------------------------ */
+
+#define DBLOCK_OK 0
+#define DBLOCK_EBUSY (-1)      /* another owner holds the lock (try once)     */
+#define DBLOCK_ETIMEOUT (-2)   /* the wait ran out before the lock was free    */
+#define DBLOCK_ELOST (-3)      /* the lock was lost: expired and taken over,
+                                  force-unlocked, or its session died          */
+#define DBLOCK_ENOTHELD (-4)   /* released a lock this owner does not hold     */
+#define DBLOCK_EDEADLK (-5)    /* reentrancy is off and this thread already
+                                  holds the name                               */
+#define DBLOCK_ECONN (-6)      /* cannot connect, or the connection was lost   */
+#define DBLOCK_EAUTH (-7)      /* authentication failed                        */
+#define DBLOCK_ESCHEMA (-8)    /* lock table missing: run `dblock migrate`     */
+#define DBLOCK_EPERM (-9)      /* the database refused: permission / read-only */
+#define DBLOCK_EINVAL (-10)    /* bad argument: name, URL, option              */
+#define DBLOCK_ERETRY (-11)    /* deadlock / serialization failure: retry      */
+#define DBLOCK_ENOMEM (-12)    /* out of memory                                */
+#define DBLOCK_EMIGRATE (-13)  /* an applied migration was changed on disk /
+                                  the schema is newer than this library        */
+#define DBLOCK_EMISMATCH (-14) /* the name is managed by another strategy      */
+#define DBLOCK_EUNSUPPORTED (-15) /* backend or strategy not available here    */
+#define DBLOCK_EDB (-16)       /* any other database error                     */
+#define DBLOCK_EREPLICA (-17)  /* connected to a read-only replica             */
+
+/* Returns a static, human-readable description of a DBLOCK_E... code
+ * (never NULL; unknown codes give "unknown error"). Thread-safe. */
+const char *dblock_strerror(int code);
+
+/* What the last failure was. Filled by dblock_last_error() and
+ * dblock_client_last_error(). sqlstate is "" and native is 0 when the
+ * failure did not come from the database. */
+typedef struct dblock_error_info {
+  int code;          /* DBLOCK_E... (0 when there was no error) */
+  char sqlstate[6];  /* PostgreSQL SQLSTATE or MySQL SQLSTATE, NUL-terminated */
+  int native;        /* MySQL errno, SQLite extended result code, 0 for PG */
+  char message[512]; /* one line, never contains a password */
+} dblock_error_info;
+
+/* Copies the calling thread's last error into *out. Useful when
+ * dblock_client_open() fails and there is no client. Returns 0, or
+ * DBLOCK_EINVAL when out is NULL. */
+int dblock_last_error(dblock_error_info *out);
+
+/* ---- Options ----------------------------------------------------------- */
+
+typedef enum dblock_strategy {
+  DBLOCK_STRATEGY_DEFAULT = 0, /* = DBLOCK_STRATEGY_INSERT */
+  DBLOCK_STRATEGY_INSERT = 1,     /* unique-key insert, lease, one statement */
+  DBLOCK_STRATEGY_FOR_UPDATE = 2, /* open transaction holding SELECT FOR UPDATE */
+  DBLOCK_STRATEGY_OPTIMISTIC = 3  /* versioned compare-and-set UPDATE        */
+} dblock_strategy;
+
+typedef struct dblock_lock dblock_lock;
+typedef struct dblock_client dblock_client;
+
+/* Called (from the client's watchdog thread, or from the thread that
+ * noticed) when a held lock is found lost. name is the lock's name, fence its
+ * token; both valid only during the call. Must not release or free the lock
+ * inside the callback; note it and act on it from the owning thread. */
+typedef void (*dblock_lost_fn)(const char *name, int64_t fence, int reason,
+                               void *arg);
+
+#define DBLOCK_OPTIONS_VERSION 1
+
+/* Client options. Zero means "default" for every field, so
+ * `dblock_options o = DBLOCK_OPTIONS_INIT;` and setting what you need is the
+ * intended use. Fields are only ever appended; version says which exist. */
+typedef struct dblock_options {
+  unsigned int version;     /* DBLOCK_OPTIONS_VERSION */
+  dblock_strategy strategy; /* default INSERT */
+  int64_t lease_ms;         /* default lease: 30000 */
+  int64_t backoff_min_ms;   /* polling backoff floor: 2 */
+  int64_t backoff_max_ms;   /* polling backoff ceiling: 250 */
+  int64_t connect_timeout_ms; /* default 5000 */
+  int64_t reaper_interval_ms; /* 0 = no reaper thread (default) */
+  int64_t reaper_grace_ms;    /* a row is reaped after expiry + grace: 0 */
+  int pool_size;              /* connections kept open: 4 */
+  int non_reentrant;          /* 1: a second acquire by the same thread fails
+                                 at once with DBLOCK_EDEADLK */
+  const char *owner_host;     /* default: gethostname() */
+  const char *table;          /* lock table: "dblock_locks"; lowercase
+                                 [a-z_][a-z0-9_]*, at most 40 bytes */
+  dblock_lost_fn on_lost;     /* lost-lock callback, may be NULL */
+  void *on_lost_arg;
+} dblock_options;
+
+#define DBLOCK_OPTIONS_INIT {.version = DBLOCK_OPTIONS_VERSION}
+
+/* ---- Client ------------------------------------------------------------ */
+
+/* Opens a client for url (NULL: the DBLOCK_URL environment variable).
+ * URL forms:
+ *   postgres://user:pass@host:port/db?sslmode=...   (also postgresql://, or
+ *                                                     a libpq "key=value" string)
+ *   mysql://user:pass@host:port/db?socket=/path      (also mariadb://)
+ *   sqlite:///absolute/path.db   sqlite://relative.db
+ * opts may be NULL (all defaults); it is copied. Connects once to check the
+ * URL and credentials; does not require the lock table (dblock_migrate creates
+ * it). On success *out owns a client to free with dblock_client_free.
+ * Errors: DBLOCK_EINVAL (bad URL/option), DBLOCK_ECONN, DBLOCK_EAUTH,
+ * DBLOCK_EUNSUPPORTED (backend not built in), DBLOCK_ENOMEM, DBLOCK_EDB. */
+int dblock_client_open(dblock_client **out, const char *url,
+                       const dblock_options *opts);
+
+/* Stops the watchdog and reaper threads, rolls back / releases nothing
+ * explicitly (held for_update locks end with their sessions; leased locks
+ * expire), closes connections and frees the client. Locks still held become
+ * invalid handles: release them first. NULL is a no-op. */
+void dblock_client_free(dblock_client *client);
+
+/* Copies the client's most recent error (from any thread) into *out.
+ * Returns 0, or DBLOCK_EINVAL if an argument is NULL. */
+int dblock_client_last_error(const dblock_client *client,
+                             dblock_error_info *out);
+
+/* The backend name: "postgres", "mysql" or "sqlite". Never NULL for a
+ * valid client. */
+const char *dblock_client_backend(const dblock_client *client);
+
+/* The client's strategy (never DEFAULT). */
+dblock_strategy dblock_client_strategy(const dblock_client *client);
+
+/* Statements (round trips) this client has sent to the server so far, over
+ * all its connections. For tests and benchmarks. */
+uint64_t dblock_client_round_trips(const dblock_client *client);
+
+/* Name of a strategy ("insert", "for_update", "optimistic"), or NULL. */
+const char *dblock_strategy_name(dblock_strategy s);
+
+/* Parses "insert", "for_update" (or "for-update"), "optimistic" into *out.
+ * Returns 0 or DBLOCK_EINVAL. */
+int dblock_strategy_parse(dblock_strategy *out, const char *name);
+
+/* ---- Migrations -------------------------------------------------------- */
+
+/* Applies every pending migration for the client's backend and table, in
+ * order, each recorded with its checksum. Re-running is a no-op. Two
+ * migrators racing end with the schema applied once. *applied (may be NULL)
+ * receives how many were applied now. Errors: DBLOCK_EMIGRATE (an applied
+ * migration differs from the one built in), DBLOCK_EPERM, DBLOCK_ECONN, ... */
+int dblock_migrate(dblock_client *client, int *applied);
+
+typedef struct dblock_migration_info {
+  int version;           /* 1, 2, ... */
+  const char *name;      /* file name, e.g. "0001_lock_table.sql" */
+  int applied;           /* 1 if recorded as applied */
+  int64_t applied_at_us; /* when, 0 if pending */
+  int checksum_ok;       /* 0 if the recorded checksum differs */
+} dblock_migration_info;
+
+/* Lists the built-in migrations and whether each is applied. On success
+ * *out is an array of *count entries to free with dblock_migration_info_free.
+ */
+int dblock_migrate_status(dblock_migration_info **out, size_t *count,
+                          dblock_client *client);
+void dblock_migration_info_free(dblock_migration_info *info, size_t count);
+
+/* ---- Locks ------------------------------------------------------------- */
+
+/* Acquires the lock `name` for the calling thread.
+ *   wait_ms == 0: try once (DBLOCK_EBUSY if held elsewhere);
+ *   wait_ms  > 0: wait up to that long (DBLOCK_ETIMEOUT);
+ *   wait_ms  < 0: wait forever.
+ *   lease_ms == 0: the client's lease, renewed by the watchdog while held;
+ *   lease_ms  > 0: an explicit lease, NOT renewed automatically (renew it
+ *                  with dblock_lock_renew); ignored by for_update.
+ * If this thread already holds name on this client, the hold is reentrant
+ * (a second handle; two releases free it) unless the client is
+ * non_reentrant (DBLOCK_EDEADLK at once).
+ * On success *out owns a handle to pass to dblock_lock_release.
+ * Errors: DBLOCK_EBUSY, DBLOCK_ETIMEOUT, DBLOCK_EDEADLK, DBLOCK_EINVAL
+ * (bad name), DBLOCK_EMISMATCH, DBLOCK_ESCHEMA, DBLOCK_ECONN, DBLOCK_EPERM. */
+int dblock_lock_acquire(dblock_lock **out, dblock_client *client,
+                        const char *name, int64_t wait_ms, int64_t lease_ms);
+
+/* Releases one hold and frees the handle (always, even on error). The name
+ * is free once every hold is released. Returns 0, DBLOCK_ELOST if the lock
+ * had been lost (expired and taken over, force-unlocked, session died), or
+ * a connection error. Never frees another owner's lock. NULL: DBLOCK_EINVAL.
+ */
+int dblock_lock_release(dblock_lock *lock);
+
+/* Extends the lease by the lease the lock was acquired with, measured from
+ * now by the server clock. Returns 0 or DBLOCK_ELOST (then the lock is gone;
+ * release the handle). for_update: checks that the session is alive. */
+int dblock_lock_renew(dblock_lock *lock);
+
+/* Fencing token of the grant: strictly greater than every token issued for
+ * this name before. Reentrant holds share the first grant's token. */
+int64_t dblock_lock_fence(const dblock_lock *lock);
+
+/* The lock's name (owned by the handle). */
+const char *dblock_lock_name(const dblock_lock *lock);
+
+/* Current hold count of this owner on the name (1 + reentrant holds). */
+int dblock_lock_hold_count(const dblock_lock *lock);
+
+/* Server-clock expiry of the lease in µs since the epoch as last granted or
+ * renewed; 0 for for_update locks, which have no lease. */
+int64_t dblock_lock_expires_at(const dblock_lock *lock);
+
+/* 1 if the lock is known to be lost (watchdog or a failed call said so). */
+int dblock_lock_is_lost(const dblock_lock *lock);
+
+/* ---- Introspection and administration ---------------------------------- */
+
+typedef struct dblock_lock_info {
+  char name[DBLOCK_NAME_MAX + 1];
+  char strategy[16];   /* "insert", "for_update", "optimistic" */
+  int held;            /* 1 if currently held (lease not expired / row locked) */
+  char owner_host[256];
+  int64_t owner_pid;
+  int64_t owner_thread;
+  char owner_token[33]; /* the owning client's random token (hex) */
+  int hold_count;
+  int64_t fence;
+  int64_t acquired_at_us;
+  int64_t expires_at_us; /* 0 when there is no lease (for_update) */
+} dblock_lock_info;
+
+/* Reads what the database knows about name. Returns 0 and fills *out (held
+ * says whether it is held right now), or DBLOCK_ENOTHELD if there is no row
+ * for the name. */
+int dblock_lock_inspect(dblock_lock_info *out, dblock_client *client,
+                        const char *name);
+
+/* Lists every lock row (up to limit rows; limit <= 0 means all). On success
+ * *out is an array of *count entries to free with free(). */
+int dblock_lock_list(dblock_lock_info **out, size_t *count,
+                     dblock_client *client, int limit);
+
+/* Frees name whoever holds it and advances its fencing token, so the old
+ * holder's writes are refused by fenced resources and its handle reports
+ * DBLOCK_ELOST. *new_fence (may be NULL) receives the advanced token.
+ * Returns 0 or DBLOCK_ENOTHELD when the name has no row. */
+int dblock_force_unlock(dblock_client *client, const char *name,
+                        int64_t *new_fence);
+
+/* One reaper pass: deletes rows whose lease expired more than grace_ms ago
+ * (by the server clock), in batches of batch rows (0: 1000). Never deletes a
+ * row that is held or locked. *deleted (may be NULL) receives the count. */
+int dblock_reap(dblock_client *client, int64_t grace_ms, int batch,
+                int64_t *deleted);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DBLOCK_H */

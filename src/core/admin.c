@@ -1,0 +1,293 @@
+/*
+ * admin.c — introspection (inspect, list), force-unlock, and the reaper
+ * (one pass, and the optional background thread).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static const char *pick(const dblock_client *cl, const char *pg, const char *my,
+                        const char *lite) {
+  return cl->drv->dialect == DBL_PG ? pg : cl->drv->dialect == DBL_MY ? my : lite;
+}
+
+#define COLS_PG                                                                \
+  "name, strategy, (state = 1 AND expires_at > statement_timestamp())::int, "  \
+  "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "      \
+  "(extract(epoch FROM acquired_at) * 1000000)::int8, "                        \
+  "(extract(epoch FROM expires_at) * 1000000)::int8"
+#define COLS_MY                                                                \
+  "name, strategy, (state = 1 AND expires_at > UTC_TIMESTAMP(6)), "            \
+  "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "      \
+  "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', acquired_at), "                    \
+  "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', expires_at)"
+#define COLS_LITE                                                              \
+  "name, strategy, (state = 1 AND expires_at > dblock_now_us()), "             \
+  "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "      \
+  "acquired_at, expires_at"
+
+static const char *PG_ONE = "SELECT " COLS_PG " FROM ${schema}.${table} WHERE name = ?";
+static const char *MY_ONE = "SELECT " COLS_MY " FROM ${table} WHERE name = ?";
+static const char *LITE_ONE = "SELECT " COLS_LITE " FROM ${table} WHERE name = ?";
+static const char *PG_ALL =
+    "SELECT " COLS_PG " FROM ${schema}.${table} WHERE name <> '' ORDER BY name LIMIT ?";
+static const char *MY_ALL =
+    "SELECT " COLS_MY " FROM ${table} WHERE name <> '' ORDER BY name LIMIT ?";
+static const char *LITE_ALL =
+    "SELECT " COLS_LITE " FROM ${table} WHERE name <> '' ORDER BY name LIMIT ?";
+
+/* for_update rows are held while their row is locked: these probes return
+ * the row only if nobody holds it (a shared lock conflicts with the
+ * holder's exclusive one and is released at once, autocommit). */
+static const char *PG_PROBE =
+    "SELECT 1 FROM ${schema}.${table} WHERE name = ? FOR SHARE SKIP LOCKED";
+static const char *MY_PROBE =
+    "SELECT 1 FROM ${table} WHERE name = ? LOCK IN SHARE MODE SKIP LOCKED";
+
+static void fill_info(dblock_lock_info *o, const dbl_res *r, int i) {
+  const char *v;
+  memset(o, 0, sizeof *o);
+  snprintf(o->name, sizeof o->name, "%s", (v = dbl_res_get(r, i, 0)) ? v : "");
+  snprintf(o->strategy, sizeof o->strategy, "%s", (v = dbl_res_get(r, i, 1)) ? v : "");
+  o->held = dbl_res_i64(r, i, 2) != 0;
+  snprintf(o->owner_host, sizeof o->owner_host, "%s", (v = dbl_res_get(r, i, 3)) ? v : "");
+  o->owner_pid = dbl_res_i64(r, i, 4);
+  o->owner_thread = dbl_res_i64(r, i, 5);
+  snprintf(o->owner_token, sizeof o->owner_token, "%s", (v = dbl_res_get(r, i, 6)) ? v : "");
+  o->hold_count = (int)dbl_res_i64(r, i, 7);
+  o->fence = dbl_res_i64(r, i, 8);
+  o->acquired_at_us = dbl_res_i64(r, i, 9);
+  o->expires_at_us = dbl_res_i64(r, i, 10);
+}
+
+/* Decides held / not held for a for_update row by probing its row lock.
+ * The holder's identity is written inside its open transaction, which
+ * other sessions cannot read: the owner fields then describe the last
+ * holder that committed, so they are cleared rather than shown wrongly. */
+static int probe_for_update(dblock_client *cl, dbl_conn *c, dblock_lock_info *o,
+                            dbl_err *e) {
+  dbl_param p = DBL_STR(o->name);
+  dbl_res r;
+  int rc;
+  if (strcmp(o->strategy, "for_update") != 0) return 0;
+  if (cl->drv->dialect == DBL_LITE) {
+    /* SQLite: the holder owns the file's write lock. */
+    cl->drv->set_lock_wait(c, 0, e);
+    rc = cl->drv->begin(c, e);
+    cl->drv->set_lock_wait(c, 5000, e);
+    if (rc == 0) {
+      o->held = 0;
+      return cl->drv->rollback(c, e);
+    }
+    if (rc != DBLOCK_EBUSY) return rc;
+    o->held = 1;
+  } else {
+    if ((rc = cl->drv->query(c, dbl_sql(cl, pick(cl, PG_PROBE, MY_PROBE, NULL)), &p, 1,
+                             &r, e)) != 0)
+      return rc;
+    o->held = r.nrows == 0;
+    dbl_res_clear(&r);
+  }
+  if (o->held) {
+    o->owner_host[0] = 0;
+    o->owner_pid = o->owner_thread = 0;
+    o->owner_token[0] = 0;
+    o->fence = 0;
+    o->acquired_at_us = 0;
+  }
+  o->hold_count = o->held;
+  o->expires_at_us = 0;
+  return 0;
+}
+
+int dblock_lock_inspect(dblock_lock_info *out, dblock_client *cl, const char *name) {
+  dbl_pconn *pc;
+  dbl_err e;
+  dbl_res r;
+  dbl_param p;
+  int rc;
+  if (!out || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
+  if ((rc = dbl_check_name(cl, name)) != 0) return rc;
+  memset(&e, 0, sizeof e);
+  if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  p = DBL_STR(name);
+  rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_ONE, MY_ONE, LITE_ONE)), &p, 1, &r, &e);
+  if (rc == 0 && r.nrows == 0) {
+    rc = dbl_err_set(&e, DBLOCK_ENOTHELD, "", 0, "no lock named '%s'", name);
+  } else if (rc == 0) {
+    fill_info(out, &r, 0);
+    rc = probe_for_update(cl, pc->c, out, &e);
+  }
+  dbl_res_clear(&r);
+  dbl_pool_put(cl, pc);
+  return rc ? dbl_fail(cl, &e) : 0;
+}
+
+int dblock_lock_list(dblock_lock_info **out, size_t *count, dblock_client *cl,
+                     int limit) {
+  dbl_pconn *pc;
+  dbl_err e;
+  dbl_res r;
+  dbl_param p;
+  int rc;
+  dblock_lock_info *info = NULL;
+  if (!out || !count || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
+  *out = NULL;
+  *count = 0;
+  memset(&e, 0, sizeof e);
+  if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  p = DBL_I64(limit > 0 ? limit : INT64_MAX);
+  rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_ALL, MY_ALL, LITE_ALL)), &p, 1, &r, &e);
+  if (rc == 0 && !(info = calloc(r.nrows ? (size_t)r.nrows : 1, sizeof *info)))
+    rc = dbl_err_set(&e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  for (int i = 0; rc == 0 && i < r.nrows; i++) {
+    fill_info(&info[i], &r, i);
+    rc = probe_for_update(cl, pc->c, &info[i], &e);
+  }
+  if (rc == 0) {
+    *out = info;
+    *count = (size_t)r.nrows;
+  } else {
+    free(info);
+  }
+  dbl_res_clear(&r);
+  dbl_pool_put(cl, pc);
+  return rc ? dbl_fail(cl, &e) : 0;
+}
+
+/* ---- force-unlock ---------------------------------------------------- */
+
+/* Frees a leased row and advances its fence past anything issued, so the
+ * old holder's renewals and releases (checked by owner and fence) fail
+ * with DBLOCK_ELOST and fenced resources refuse its token. */
+static const char *PG_FORCE =
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "fence = GREATEST(fence + 1, ?::int8 + nextval('${schema}.${table}_fence_seq')), "
+    "owner_token = '', owner_thread = 0, expires_at = statement_timestamp() "
+    "WHERE name = ? RETURNING fence";
+static const char *MY_FORCE =
+    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "fence = LAST_INSERT_ID(GREATEST(fence + 1, ? + NEXTVAL(${table}_fence_seq))), "
+    "owner_token = '', owner_thread = 0, expires_at = UTC_TIMESTAMP(6) WHERE name = ?";
+static const char *LITE_FORCE =
+    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "fence = MAX(fence + 1, ? + 0, dblock_now_us()), owner_token = '', owner_thread = 0, "
+    "expires_at = dblock_now_us() WHERE name = ? RETURNING fence";
+/* A held for_update lock is a transaction: end it by ending its session. */
+static const char *PG_KILL =
+    "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a "
+    "JOIN ${schema}.${table} t ON a.backend_xid = t.xmax WHERE t.name = ?";
+
+int dblock_force_unlock(dblock_client *cl, const char *name, int64_t *new_fence) {
+  dbl_pconn *pc;
+  dbl_err e;
+  dbl_res r;
+  dbl_param p[2];
+  dblock_lock_info info;
+  int rc;
+  if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
+  if ((rc = dblock_lock_inspect(&info, cl, name)) != 0) return rc;
+  memset(&e, 0, sizeof e);
+  if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  if (strcmp(info.strategy, "for_update") == 0 && info.held) {
+    if (cl->drv->dialect != DBL_PG) {
+      dbl_pool_put(cl, pc);
+      return dbl_failf(cl, DBLOCK_EUNSUPPORTED,
+                       "force-unlock of a held for_update lock is only supported on "
+                       "PostgreSQL (it ends the holder's session)");
+    }
+    p[0] = DBL_STR(name);
+    if ((rc = cl->drv->query(pc->c, dbl_sql(cl, PG_KILL), p, 1, NULL, &e)) != 0) goto out;
+  }
+  p[0] = DBL_I64(pc->fence_base);
+  p[1] = DBL_STR(name);
+  rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_FORCE, MY_FORCE, LITE_FORCE)), p, 2,
+                      &r, &e);
+  if (rc == 0) {
+    if (cl->drv->dialect == DBL_MY ? r.affected != 1 : r.nrows != 1)
+      rc = dbl_err_set(&e, DBLOCK_ENOTHELD, "", 0, "no lock named '%s'", name);
+    else if (new_fence)
+      *new_fence = cl->drv->dialect == DBL_MY ? r.insert_id : dbl_res_i64(&r, 0, 0);
+    dbl_res_clear(&r);
+  }
+out:
+  dbl_pool_put(cl, pc);
+  return rc ? dbl_fail(cl, &e) : 0;
+}
+
+/* ---- reaper ---------------------------------------------------------- */
+
+/* One bounded batch. The expiry test sits in the DELETE itself, so a row
+ * renewed after it was picked is re-checked and kept; PostgreSQL's SKIP
+ * LOCKED lets several reapers share the work. Rows without a lease
+ * (for_update, the epoch row) have expires_at NULL and are never picked. */
+static const char *PG_REAP =
+    "DELETE FROM ${schema}.${table} WHERE name IN (SELECT name FROM ${schema}.${table} "
+    "WHERE expires_at < statement_timestamp() - ?::int8 * interval '1 microsecond' "
+    "LIMIT ?::int8 FOR UPDATE SKIP LOCKED) "
+    "AND expires_at < statement_timestamp() - ?::int8 * interval '1 microsecond'";
+static const char *MY_REAP =
+    "DELETE FROM ${table} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND "
+    "LIMIT ?";
+static const char *LITE_REAP =
+    "DELETE FROM ${table} WHERE name IN (SELECT name FROM ${table} "
+    "WHERE expires_at < dblock_now_us() - ? LIMIT ?)";
+
+int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted) {
+  dbl_pconn *pc;
+  dbl_err e;
+  dbl_res r;
+  dbl_param p[3];
+  int rc = 0;
+  int64_t total = 0;
+  if (deleted) *deleted = 0;
+  if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
+  if (grace_ms < 0 || batch < 0)
+    return dbl_failf(cl, DBLOCK_EINVAL, "grace and batch must not be negative");
+  if (batch == 0) batch = 1000;
+  memset(&e, 0, sizeof e);
+  if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  for (;;) {
+    int n = 0;
+    p[n++] = DBL_I64(grace_ms * 1000);
+    p[n++] = DBL_I64(batch);
+    if (cl->drv->dialect == DBL_PG) p[n++] = DBL_I64(grace_ms * 1000);
+    rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_REAP, MY_REAP, LITE_REAP)), p, n,
+                        &r, &e);
+    if (rc) break;
+    int64_t got = r.affected;
+    dbl_res_clear(&r);
+    total += got;
+    if (got < batch) break;
+  }
+  if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
+  else dbl_pool_put(cl, pc);
+  if (deleted) *deleted = total;
+  return rc ? dbl_fail(cl, &e) : 0;
+}
+
+static void *reaper_main(void *arg) {
+  dblock_client *cl = arg;
+  pthread_mutex_lock(&cl->mu);
+  while (!cl->closing) {
+    int64_t at = dbl_mono_ms() + cl->opts.reaper_interval_ms;
+    struct timespec ts = {.tv_sec = at / 1000, .tv_nsec = (at % 1000) * 1000000};
+    while (!cl->closing && dbl_mono_ms() < at) pthread_cond_timedwait(&cl->cv, &cl->mu, &ts);
+    if (cl->closing) break;
+    pthread_mutex_unlock(&cl->mu);
+    dblock_reap(cl, cl->opts.reaper_grace_ms, 1000, NULL);
+    pthread_mutex_lock(&cl->mu);
+  }
+  pthread_mutex_unlock(&cl->mu);
+  return NULL;
+}
+
+int dbl_reaper_start(dblock_client *cl) {
+  if (pthread_create(&cl->reaper, NULL, reaper_main, cl) != 0)
+    return dbl_failf(cl, DBLOCK_ENOMEM, "cannot start the reaper thread");
+  cl->reaper_started = 1;
+  return 0;
+}

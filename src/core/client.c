@@ -1,0 +1,463 @@
+/*
+ * client.c — opening and closing a client, its connection pool, the owner
+ * identity, the server epoch used in fencing tokens, and SQL templates.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define DEFAULT_TABLE "dblock_locks"
+#define TABLE_MAX 40 /* leaves room for suffixes within PostgreSQL's 63 */
+
+int64_t dbl_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dbl_thread_id(void) { return (int64_t)syscall(SYS_gettid); }
+
+const char *dblock_strategy_name(dblock_strategy s) {
+  switch (s) {
+  case DBLOCK_STRATEGY_DEFAULT:
+  case DBLOCK_STRATEGY_INSERT: return "insert";
+  case DBLOCK_STRATEGY_FOR_UPDATE: return "for_update";
+  case DBLOCK_STRATEGY_OPTIMISTIC: return "optimistic";
+  }
+  return NULL;
+}
+
+int dblock_strategy_parse(dblock_strategy *out, const char *name) {
+  if (!out || !name) return DBLOCK_EINVAL;
+  if (strcmp(name, "insert") == 0) *out = DBLOCK_STRATEGY_INSERT;
+  else if (strcmp(name, "for_update") == 0 || strcmp(name, "for-update") == 0)
+    *out = DBLOCK_STRATEGY_FOR_UPDATE;
+  else if (strcmp(name, "optimistic") == 0) *out = DBLOCK_STRATEGY_OPTIMISTIC;
+  else return DBLOCK_EINVAL;
+  return 0;
+}
+
+/* A table name is lowercase [a-z_][a-z0-9_]* of at most TABLE_MAX bytes:
+ * no quoting is ever needed, and no backend folds or truncates it. */
+static int check_table(const char *t) {
+  size_t n = strlen(t);
+  if (n == 0 || n > TABLE_MAX) return 0;
+  if (!(t[0] == '_' || (t[0] >= 'a' && t[0] <= 'z'))) return 0;
+  for (size_t i = 1; i < n; i++)
+    if (!(t[i] == '_' || (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= '0' && t[i] <= '9')))
+      return 0;
+  return 1;
+}
+
+/* Valid UTF-8 (no overlongs, no surrogates), 1..DBLOCK_NAME_MAX bytes. */
+int dbl_check_name(dblock_client *cl, const char *name) {
+  const unsigned char *s = (const unsigned char *)name;
+  size_t n;
+  if (!name) return dbl_failf(cl, DBLOCK_EINVAL, "lock name is NULL");
+  n = strlen(name);
+  if (n == 0) return dbl_failf(cl, DBLOCK_EINVAL, "lock name is empty");
+  if (n > DBLOCK_NAME_MAX)
+    return dbl_failf(cl, DBLOCK_EINVAL, "lock name is %zu bytes; the limit is %d",
+                     n, DBLOCK_NAME_MAX);
+  for (size_t i = 0; i < n;) {
+    unsigned c = s[i];
+    size_t k;
+    unsigned cp;
+    if (c < 0x80) { i++; continue; }
+    if ((c & 0xe0) == 0xc0) { k = 1; cp = c & 0x1f; }
+    else if ((c & 0xf0) == 0xe0) { k = 2; cp = c & 0x0f; }
+    else if ((c & 0xf8) == 0xf0) { k = 3; cp = c & 0x07; }
+    else goto bad;
+    if (i + k >= n) goto bad;
+    for (size_t j = 1; j <= k; j++) {
+      if ((s[i + j] & 0xc0) != 0x80) goto bad;
+      cp = (cp << 6) | (s[i + j] & 0x3f);
+    }
+    if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      goto bad;
+    i += k + 1;
+  }
+  return 0;
+bad:
+  return dbl_failf(cl, DBLOCK_EINVAL, "lock name is not valid UTF-8");
+}
+
+const char *dbl_sql(dblock_client *cl, const char *tmpl) {
+  const char *out = NULL;
+  pthread_mutex_lock(&cl->mu);
+  for (int i = 0; i < cl->nsql; i++)
+    if (cl->sql[i].tmpl == tmpl) {
+      out = cl->sql[i].sql;
+      break;
+    }
+  if (!out && cl->nsql < DBL_SQL_CACHE) {
+    size_t cap = strlen(tmpl) * 2 + 256, o = 0;
+    char *s = malloc(cap);
+    if (s) {
+      for (const char *p = tmpl; *p;) {
+        const char *rep = NULL;
+        size_t skip = 0;
+        if (strncmp(p, "${table}", 8) == 0) rep = cl->table, skip = 8;
+        else if (strncmp(p, "${schema}", 9) == 0) rep = cl->schema, skip = 9;
+        if (rep) {
+          size_t rl = strlen(rep);
+          if (o + rl + 1 >= cap) { free(s); s = NULL; break; }
+          memcpy(s + o, rep, rl);
+          o += rl;
+          p += skip;
+        } else {
+          if (o + 2 >= cap) { free(s); s = NULL; break; }
+          s[o++] = *p++;
+        }
+      }
+      if (s) {
+        s[o] = 0;
+        cl->sql[cl->nsql].tmpl = tmpl;
+        cl->sql[cl->nsql++].sql = s;
+        out = s;
+      }
+    }
+  }
+  pthread_mutex_unlock(&cl->mu);
+  return out;
+}
+
+static const char *op_sql(dbl_op *op, const char *tmpl) {
+  return dbl_sql((dblock_client *)op->sql_arg, tmpl);
+}
+
+void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
+                 struct dbl_held *h, dbl_err *e) {
+  memset(op, 0, sizeof *op);
+  op->drv = cl->drv;
+  op->conn = pc ? pc->c : NULL;
+  op->fence_base = pc ? pc->fence_base : 0;
+  op->clock_offset_us = pc ? pc->clock_offset_us : 0;
+  op->sql = op_sql;
+  op->sql_arg = cl;
+  op->host = cl->host;
+  op->token = cl->token;
+  op->pid = cl->pid;
+  op->e = e;
+  op->version_hint = -1;
+  if (h) {
+    op->g.fence = h->fence;
+    op->g.holds = h->holds;
+    op->g.expires_us = h->expires_us;
+    op->g.version = h->version;
+    op->name = h->name;
+    op->name_len = h->name_len;
+    op->thread = h->thread;
+    op->lease_ms = h->lease_ms;
+  }
+}
+
+/* ---- The server epoch ---------------------------------------------------
+ * A fencing token is epoch << 40 | sequence value. Sequence values are not
+ * durable across a server crash (BACKENDS.md), so each connection checks
+ * the server's start time against the one recorded in the epoch row and
+ * bumps the epoch durably when the server has restarted since. Every token
+ * handed out after a restart therefore exceeds every token before it. */
+
+static const char *PG_START =
+    "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8";
+static const char *PG_BUMP =
+    "UPDATE ${schema}.${table} SET fence = fence + 1, owner_pid = ?::int8 "
+    "WHERE name = '' AND owner_pid <> ?::int8";
+static const char *PG_EPOCH = "SELECT fence FROM ${schema}.${table} WHERE name = ''";
+static const char *MY_START =
+    "SELECT CAST((TIMESTAMPDIFF(SECOND, '1970-01-01', UTC_TIMESTAMP()) - "
+    "CAST(VARIABLE_VALUE AS SIGNED)) * 1000000 AS SIGNED), "
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) "
+    "FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'";
+/* MariaDB only knows its uptime in whole seconds: allow 2 s of jitter. */
+static const char *MY_BUMP =
+    "UPDATE ${table} SET fence = fence + 1, owner_pid = ? "
+    "WHERE name = '' AND ABS(owner_pid - ?) > 2000000";
+static const char *MY_EPOCH = "SELECT fence FROM ${table} WHERE name = ''";
+
+static int load_epoch(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
+  dbl_res r;
+  dbl_param p[2];
+  int64_t start;
+  int rc;
+  int pg = cl->drv->dialect == DBL_PG;
+  if (cl->drv->dialect == DBL_LITE) {
+    pc->fence_base = 0;
+    return 0;
+  }
+  if ((rc = cl->drv->query(pc->c, pg ? PG_START : MY_START, NULL, 0, &r, e)))
+    return rc;
+  start = dbl_res_i64(&r, 0, 0);
+  if (!pg) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    pc->clock_offset_us =
+        dbl_res_i64(&r, 0, 1) - ((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+  }
+  dbl_res_clear(&r);
+  p[0] = DBL_I64(start);
+  p[1] = DBL_I64(start);
+  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pg ? PG_BUMP : MY_BUMP), p, 2, NULL, e)))
+    return rc;
+  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pg ? PG_EPOCH : MY_EPOCH), NULL, 0, &r, e)))
+    return rc;
+  if (r.nrows != 1) {
+    dbl_res_clear(&r);
+    return dbl_err_set(e, DBLOCK_ESCHEMA, "", 0,
+                       "lock table %s has no epoch row (run `dblock migrate`)",
+                       cl->table);
+  }
+  pc->fence_base = dbl_res_i64(&r, 0, 0) << 40;
+  dbl_res_clear(&r);
+  return 0;
+}
+
+/* ---- Pool -------------------------------------------------------------- */
+
+static int pool_open(dblock_client *cl, dbl_pconn **out, dbl_err *e) {
+  dbl_pconn *pc = calloc(1, sizeof *pc);
+  int rc;
+  *out = NULL;
+  if (!pc) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  pc->fence_base = -1;
+  rc = cl->drv->connect(&pc->c, &cl->url,
+                        cl->opts.connect_timeout_ms ? cl->opts.connect_timeout_ms : 5000, e);
+  if (rc) {
+    free(pc);
+    return rc;
+  }
+  pthread_mutex_lock(&cl->mu);
+  if (cl->nall < (int)(sizeof cl->all / sizeof cl->all[0])) cl->all[cl->nall++] = pc;
+  pthread_mutex_unlock(&cl->mu);
+  *out = pc;
+  return 0;
+}
+
+static void pool_close(dblock_client *cl, dbl_pconn *pc) {
+  pthread_mutex_lock(&cl->mu);
+  for (int i = 0; i < cl->nall; i++)
+    if (cl->all[i] == pc) {
+      cl->trips_closed += cl->drv->round_trips(pc->c);
+      cl->all[i] = cl->all[--cl->nall];
+      break;
+    }
+  pthread_mutex_unlock(&cl->mu);
+  cl->drv->close(pc->c);
+  free(pc);
+}
+
+int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
+  dbl_pconn *pc = NULL;
+  dbl_pconn **list = txn ? &cl->txn_idle : &cl->idle;
+  int *count = txn ? &cl->ntxn_idle : &cl->nidle;
+  int rc;
+  pthread_mutex_lock(&cl->mu);
+  if (*list) {
+    pc = *list;
+    *list = pc->next;
+    (*count)--;
+  }
+  pthread_mutex_unlock(&cl->mu);
+  if (!pc && (rc = pool_open(cl, &pc, e)) != 0) return rc;
+  pc->next = NULL;
+  pc->txn = txn;
+  /* A connection opened before the schema existed learns its epoch now. */
+  if (pc->fence_base < 0 && (rc = load_epoch(cl, pc, e)) != 0) {
+    if (cl->drv->broken(pc->c)) pool_close(cl, pc);
+    else dbl_pool_put(cl, pc);
+    return rc;
+  }
+  *out = pc;
+  return 0;
+}
+
+void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
+  int keep;
+  if (!pc) return;
+  dbl_pconn **list = pc->txn ? &cl->txn_idle : &cl->idle;
+  int *count = pc->txn ? &cl->ntxn_idle : &cl->nidle;
+  pthread_mutex_lock(&cl->mu);
+  keep = !cl->drv->broken(pc->c) && *count < cl->opts.pool_size && !cl->closing;
+  if (keep) {
+    pc->next = *list;
+    *list = pc;
+    (*count)++;
+  }
+  pthread_mutex_unlock(&cl->mu);
+  if (!keep) pool_close(cl, pc);
+}
+
+void dbl_pool_discard(dblock_client *cl, dbl_pconn *pc) {
+  if (pc) pool_close(cl, pc);
+}
+
+uint64_t dblock_client_round_trips(const dblock_client *cl) {
+  uint64_t n;
+  dblock_client *m = (dblock_client *)cl;
+  if (!cl) return 0;
+  pthread_mutex_lock(&m->mu);
+  n = m->trips_closed;
+  for (int i = 0; i < m->nall; i++) n += m->drv->round_trips(m->all[i]->c);
+  pthread_mutex_unlock(&m->mu);
+  return n;
+}
+
+/* ---- Open / free ------------------------------------------------------- */
+
+static int fill_options(dblock_client *cl, const dblock_options *o) {
+  dblock_options d = DBLOCK_OPTIONS_INIT;
+  if (o) {
+    if (o->version < 1 || o->version > DBLOCK_OPTIONS_VERSION)
+      return dbl_failf(cl, DBLOCK_EINVAL,
+                       "dblock_options.version is %u; this library knows 1..%d",
+                       o->version, DBLOCK_OPTIONS_VERSION);
+    d = *o;
+  }
+  if (d.strategy == DBLOCK_STRATEGY_DEFAULT) d.strategy = DBLOCK_STRATEGY_INSERT;
+  if (!dblock_strategy_name(d.strategy))
+    return dbl_failf(cl, DBLOCK_EINVAL, "unknown strategy %d", (int)d.strategy);
+  if (d.lease_ms < 0 || d.backoff_min_ms < 0 || d.backoff_max_ms < 0 ||
+      d.connect_timeout_ms < 0 || d.reaper_interval_ms < 0 ||
+      d.reaper_grace_ms < 0 || d.pool_size < 0)
+    return dbl_failf(cl, DBLOCK_EINVAL, "negative value in dblock_options");
+  if (!d.lease_ms) d.lease_ms = 30000;
+  if (d.lease_ms < 100)
+    return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms must be at least 100");
+  if (!d.backoff_min_ms) d.backoff_min_ms = 2;
+  if (!d.backoff_max_ms) d.backoff_max_ms = 250;
+  if (d.backoff_max_ms < d.backoff_min_ms) d.backoff_max_ms = d.backoff_min_ms;
+  if (!d.connect_timeout_ms) d.connect_timeout_ms = 5000;
+  if (!d.pool_size) d.pool_size = 4;
+  if (d.table && !check_table(d.table))
+    return dbl_failf(cl, DBLOCK_EINVAL,
+                     "bad table name: use lowercase letters, digits and '_' "
+                     "(not first), at most %d bytes",
+                     TABLE_MAX);
+  snprintf(cl->table, sizeof cl->table, "%s", d.table ? d.table : DEFAULT_TABLE);
+  snprintf(cl->schema, sizeof cl->schema, "public");
+  if (d.owner_host) snprintf(cl->host, sizeof cl->host, "%s", d.owner_host);
+  else if (gethostname(cl->host, sizeof cl->host - 1) != 0)
+    snprintf(cl->host, sizeof cl->host, "unknown");
+  /* Pointers in the copy must not outlive the caller's strings. */
+  d.table = NULL;
+  d.owner_host = NULL;
+  cl->opts = d;
+  return 0;
+}
+
+static void make_token(char out[33]) {
+  unsigned char b[16];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) { /* no entropy source: fall back to time and pid */
+      uint64_t x = (uint64_t)dbl_mono_ms() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+      for (size_t i = got; i < sizeof b; i++) b[i] = (unsigned char)(x >> (8 * (i % 8))) ^ (unsigned char)i;
+      break;
+    }
+    got += (size_t)n;
+  }
+  for (size_t i = 0; i < sizeof b; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+int dblock_client_open(dblock_client **out, const char *url,
+                       const dblock_options *opts) {
+  dblock_client *cl;
+  char why[256];
+  dbl_err e;
+  dbl_pconn *pc = NULL;
+  int rc;
+  if (!out) return dbl_failf(NULL, DBLOCK_EINVAL, "out is NULL");
+  *out = NULL;
+  if (!url) url = getenv("DBLOCK_URL");
+  if (!(cl = calloc(1, sizeof *cl))) return dbl_failf(NULL, DBLOCK_ENOMEM, "out of memory");
+  pthread_mutex_init(&cl->mu, NULL);
+  {
+    /* Timed waits (watchdog, reaper) measure by the monotonic clock, so a
+     * wall-clock jump neither stalls nor rushes a renewal. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cl->cv, &ca);
+    pthread_condattr_destroy(&ca);
+  }
+  if ((rc = fill_options(cl, opts)) != 0) goto err;
+  if ((rc = dbl_url_parse(&cl->url, url, why, sizeof why)) != 0) {
+    rc = dbl_failf(cl, rc, "%s", rc == DBLOCK_ENOMEM ? "out of memory" : why);
+    goto err;
+  }
+  if (!(cl->drv = dbl_driver_for(&cl->url))) {
+    rc = dbl_failf(cl, DBLOCK_EUNSUPPORTED, "backend of '%s' is not built in",
+                   cl->url.redacted);
+    goto err;
+  }
+  switch (cl->opts.strategy) {
+  case DBLOCK_STRATEGY_FOR_UPDATE: cl->strat = &dbl_strategy_for_update; break;
+  case DBLOCK_STRATEGY_OPTIMISTIC: cl->strat = &dbl_strategy_optimistic; break;
+  default: cl->strat = &dbl_strategy_insert; break;
+  }
+  cl->pid = (int64_t)getpid();
+  make_token(cl->token);
+  memset(&e, 0, sizeof e);
+  /* Connect once now so a bad URL or password fails here. The epoch is
+   * loaded lazily: the table may not exist before dblock_migrate. */
+  if ((rc = pool_open(cl, &pc, &e)) != 0) {
+    rc = dbl_fail(cl, &e);
+    goto err;
+  }
+  dbl_pool_put(cl, pc);
+  if (cl->opts.reaper_interval_ms > 0 && (rc = dbl_reaper_start(cl)) != 0) goto err;
+  *out = cl;
+  return 0;
+err:
+  dblock_client_free(cl);
+  return rc;
+}
+
+void dblock_client_free(dblock_client *cl) {
+  dbl_pconn *pc;
+  struct dbl_held *h;
+  if (!cl) return;
+  pthread_mutex_lock(&cl->mu);
+  cl->closing = 1;
+  pthread_cond_broadcast(&cl->cv);
+  pthread_mutex_unlock(&cl->mu);
+  if (cl->watchdog_started) pthread_join(cl->watchdog, NULL);
+  if (cl->reaper_started) pthread_join(cl->reaper, NULL);
+  while ((h = cl->held) != NULL) { /* handles not released: drop them */
+    cl->held = h->next;
+    if (h->pinned) pool_close(cl, h->pinned);
+    free(h);
+  }
+  while ((pc = cl->idle) != NULL) {
+    cl->idle = pc->next;
+    pool_close(cl, pc);
+  }
+  while ((pc = cl->txn_idle) != NULL) {
+    cl->txn_idle = pc->next;
+    pool_close(cl, pc);
+  }
+  for (int i = 0; i < cl->nsql; i++) free(cl->sql[i].sql);
+  dbl_url_free(&cl->url);
+  pthread_cond_destroy(&cl->cv);
+  pthread_mutex_destroy(&cl->mu);
+  free(cl);
+}
+
+const char *dblock_client_backend(const dblock_client *cl) {
+  return cl && cl->drv ? cl->drv->name : NULL;
+}
+
+dblock_strategy dblock_client_strategy(const dblock_client *cl) {
+  return cl ? cl->opts.strategy : DBLOCK_STRATEGY_DEFAULT;
+}

@@ -1,0 +1,422 @@
+/*
+ * lock.c — acquire, release and renew, the reentrancy registry, and the
+ * waiting policy (server-side waits for for_update, exponential backoff
+ * with full jitter for the polling strategies).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+/* Per-thread xorshift generator for backoff jitter: no shared state, no
+ * locking, seeded from the thread id and the clock. */
+static uint64_t jitter_rand(void) {
+  static _Thread_local uint64_t s;
+  if (!s) s = ((uint64_t)dbl_thread_id() << 32) ^ (uint64_t)dbl_mono_ms() ^ 0x9e3779b97f4a7c15ull;
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
+static void sleep_us(int64_t us) {
+  struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* FNV-1a of a name, for the optimistic version-hint cache. */
+static uint64_t name_hash(const char *s, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+  return h | 1;
+}
+
+static int64_t hint_get(dblock_client *cl, uint64_t hash) {
+  int64_t v = -1;
+  size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
+  pthread_mutex_lock(&cl->mu);
+  if (cl->vcache[i].hash == hash) v = cl->vcache[i].version;
+  pthread_mutex_unlock(&cl->mu);
+  return v;
+}
+
+static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
+  size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
+  pthread_mutex_lock(&cl->mu);
+  cl->vcache[i].hash = version >= 0 ? hash : 0;
+  cl->vcache[i].version = version;
+  pthread_mutex_unlock(&cl->mu);
+}
+
+/* Finds this owner's live entry for name; caller holds cl->mu. */
+static struct dbl_held *find_held(dblock_client *cl, const char *name,
+                                  int64_t thread) {
+  for (struct dbl_held *h = cl->held; h; h = h->next)
+    if (h->thread == thread && !h->lost && strcmp(h->name, name) == 0) return h;
+  return NULL;
+}
+
+/* Waits until no renewal or release is in flight on h, then claims it.
+ * Caller holds cl->mu. */
+static void claim(dblock_client *cl, struct dbl_held *h) {
+  while (h->busy) pthread_cond_wait(&cl->cv, &cl->mu);
+  h->busy = 1;
+}
+
+static void unclaim(dblock_client *cl, struct dbl_held *h) {
+  h->busy = 0;
+  pthread_cond_broadcast(&cl->cv);
+}
+
+/* Sets the local lease clock after a grant or renewal: renew at a third of
+ * the lease, and consider the lock gone at the lease's end measured from
+ * before the statement was sent (the server may have started it then). */
+static void set_lease_clock(struct dbl_held *h, int64_t sent_ms) {
+  if (h->lease_ms <= 0) return;
+  h->renew_at_ms = sent_ms + h->lease_ms / 3;
+  h->deadline_ms = sent_ms + h->lease_ms;
+}
+
+static dblock_lock *new_handle(dblock_client *cl, struct dbl_held *h) {
+  dblock_lock *l = calloc(1, sizeof *l);
+  if (!l) return NULL;
+  l->client = cl;
+  l->held = h;
+  return l;
+}
+
+/* One attempt on a borrowed connection. For for_update a grant keeps the
+ * connection pinned in h; otherwise it goes back to the pool. */
+static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
+                   int first, int64_t wait_ms, uint64_t hash, dbl_err *e) {
+  dbl_pconn *pc;
+  dbl_op op;
+  int rc, pins = cl->strat->pins_connection;
+  int64_t sent;
+  if ((rc = dbl_pool_get(cl, &pc, pins, e)) != 0) return rc;
+  dbl_op_init(&op, cl, pc, h, e);
+  op.reentrant = reentrant;
+  op.first_attempt = first;
+  if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
+    op.version_hint = reentrant ? h->version : hint_get(cl, hash);
+  sent = dbl_mono_ms();
+  rc = cl->strat->acquire(&op, wait_ms);
+  if (rc == 0) {
+    pthread_mutex_lock(&cl->mu);
+    h->fence = op.g.fence;
+    h->holds = op.g.holds;
+    h->expires_us = op.g.expires_us;
+    h->version = op.g.version;
+    set_lease_clock(h, sent);
+    pthread_mutex_unlock(&cl->mu);
+    if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC) hint_put(cl, hash, h->version);
+  } else if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC) {
+    hint_put(cl, hash, op.version_hint);
+  }
+  if (rc == 0 && pins) h->pinned = pc;
+  else if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
+  else dbl_pool_put(cl, pc);
+  return rc;
+}
+
+int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
+                        int64_t wait_ms, int64_t lease_ms) {
+  struct dbl_held *h, *mine;
+  dbl_err e;
+  int rc, reentrant = 0, tries = 0;
+  int64_t thread = dbl_thread_id(), deadline, now;
+  int64_t cap_ms;
+  uint64_t hash;
+  dblock_lock *l;
+
+  if (!out || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
+  *out = NULL;
+  if ((rc = dbl_check_name(cl, name)) != 0) return rc;
+  if (lease_ms < 0) return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms is negative");
+  if (lease_ms > 0 && lease_ms < 100)
+    return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms must be at least 100");
+  memset(&e, 0, sizeof e);
+  hash = name_hash(name, strlen(name));
+
+  pthread_mutex_lock(&cl->mu);
+  mine = find_held(cl, name, thread);
+  if (mine && cl->opts.non_reentrant) {
+    pthread_mutex_unlock(&cl->mu);
+    return dbl_failf(cl, DBLOCK_EDEADLK,
+                     "this thread already holds '%s' and the client is non-reentrant",
+                     name);
+  }
+  if (mine && cl->strat->pins_connection) {
+    /* for_update: the transaction already holds the row; count locally. */
+    mine->holds++;
+    mine->handles++;
+    pthread_mutex_unlock(&cl->mu);
+    if (!(l = new_handle(cl, mine))) {
+      pthread_mutex_lock(&cl->mu);
+      mine->holds--;
+      mine->handles--;
+      pthread_mutex_unlock(&cl->mu);
+      return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
+    }
+    *out = l;
+    return 0;
+  }
+  if (mine) {
+    claim(cl, mine);
+    reentrant = 1;
+  }
+  pthread_mutex_unlock(&cl->mu);
+
+  /* The attempt fills a scratch entry; on a grant it becomes (or updates)
+   * the registered one. */
+  if (!(h = calloc(1, sizeof *h))) {
+    if (mine) {
+      pthread_mutex_lock(&cl->mu);
+      unclaim(cl, mine);
+      pthread_mutex_unlock(&cl->mu);
+    }
+    return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
+  }
+  if (mine) *h = *mine;
+  snprintf(h->name, sizeof h->name, "%s", name);
+  h->name_len = strlen(name);
+  h->thread = thread;
+  h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
+  h->auto_renew = cl->strat->has_lease ? lease_ms == 0 : 1;
+  if (!cl->strat->has_lease) h->lease_ms = 0;
+
+  deadline = wait_ms > 0 ? dbl_mono_ms() + wait_ms : 0;
+  cap_ms = cl->opts.backoff_min_ms;
+  for (;;) {
+    int64_t server_wait = 0;
+    if (cl->strat->pins_connection) {
+      server_wait = wait_ms < 0 ? -1 : wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
+      if (wait_ms > 0 && server_wait < 1) server_wait = 1;
+    }
+    rc = attempt(cl, h, reentrant, tries == 0, server_wait, hash, &e);
+    tries++;
+    if (rc != DBLOCK_EBUSY) break;
+    if (wait_ms == 0) break;
+    now = dbl_mono_ms();
+    if (wait_ms > 0 && now >= deadline) {
+      rc = DBLOCK_ETIMEOUT;
+      break;
+    }
+    if (!cl->strat->pins_connection) {
+      /* Full jitter: sleep uniformly in [0.5 ms, cap], cap doubling up to
+       * backoff_max, never past the deadline. */
+      int64_t us = 500 + (int64_t)(jitter_rand() % (uint64_t)(cap_ms * 1000));
+      if (wait_ms > 0 && us > (deadline - now) * 1000) us = (deadline - now) * 1000;
+      if (us > 0) sleep_us(us);
+      cap_ms = cap_ms * 2 > cl->opts.backoff_max_ms ? cl->opts.backoff_max_ms : cap_ms * 2;
+    }
+  }
+
+  pthread_mutex_lock(&cl->mu);
+  if (rc != 0) {
+    if (mine) unclaim(cl, mine);
+    pthread_mutex_unlock(&cl->mu);
+    free(h);
+    if (rc == DBLOCK_EBUSY)
+      return dbl_failf(cl, rc, "lock '%s' is held by another owner", name);
+    if (rc == DBLOCK_ETIMEOUT)
+      return dbl_failf(cl, rc, "timed out after %lld ms waiting for lock '%s'",
+                       (long long)wait_ms, name);
+    if (rc == DBLOCK_EMISMATCH && !e.msg[0])
+      return dbl_failf(cl, rc, "lock '%s' is managed by another strategy than '%s'",
+                       name, cl->strat->name);
+    return dbl_fail(cl, &e);
+  }
+  if (mine && h->fence == mine->fence) {
+    /* Reentrant grant: the row counted one more hold. */
+    mine->holds = h->holds;
+    mine->expires_us = h->expires_us;
+    mine->version = h->version;
+    mine->renew_at_ms = h->renew_at_ms;
+    mine->deadline_ms = h->deadline_ms;
+    mine->handles++;
+    unclaim(cl, mine);
+    free(h);
+    h = mine;
+  } else {
+    if (mine) {
+      /* Our earlier holds had expired and the row was granted afresh: the
+       * old handles are lost; this is a new grant. */
+      mine->lost = DBLOCK_ELOST;
+      unclaim(cl, mine);
+    }
+    h->busy = 0;
+    h->lost = 0;
+    h->handles = 1;
+    h->id = ++cl->next_id;
+    h->next = cl->held;
+    cl->held = h;
+  }
+  pthread_mutex_unlock(&cl->mu);
+  if (mine && h != mine) dbl_mark_lost(cl, mine);
+  if (h->auto_renew) {
+    if ((rc = dbl_watchdog_start(cl)) != 0) {
+      /* Without a watchdog the lease would silently run out: refuse. */
+      l = new_handle(cl, h);
+      if (l) dblock_lock_release(l);
+      return dbl_failf(cl, rc, "cannot start the watchdog thread");
+    }
+    dbl_watchdog_kick(cl);
+  }
+  if (!(l = new_handle(cl, h))) {
+    dblock_lock tmp = {cl, h};
+    dblock_lock *t = malloc(sizeof *t);
+    if (t) {
+      *t = tmp;
+      dblock_lock_release(t);
+    }
+    return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
+  }
+  *out = l;
+  return 0;
+}
+
+/* Unlinks and frees h once no handle points at it. Caller holds mu. */
+static void drop_held(dblock_client *cl, struct dbl_held *h) {
+  for (struct dbl_held **p = &cl->held; *p; p = &(*p)->next)
+    if (*p == h) {
+      *p = h->next;
+      break;
+    }
+  free(h);
+}
+
+int dblock_lock_release(dblock_lock *l) {
+  dblock_client *cl;
+  struct dbl_held *h;
+  dbl_pconn *pc = NULL;
+  dbl_err e;
+  dbl_op op;
+  int rc = 0, final, lost;
+  if (!l) return dbl_failf(NULL, DBLOCK_EINVAL, "lock handle is NULL");
+  cl = l->client;
+  h = l->held;
+  memset(&e, 0, sizeof e);
+  pthread_mutex_lock(&cl->mu);
+  claim(cl, h);
+  lost = h->lost;
+  final = h->holds <= 1;
+  pthread_mutex_unlock(&cl->mu);
+
+  if (lost) {
+    rc = DBLOCK_ELOST;
+  } else if (cl->strat->pins_connection && !final) {
+    rc = 0; /* inner reentrant hold: the transaction stays */
+  } else {
+    if (h->pinned) pc = h->pinned;
+    else rc = dbl_pool_get(cl, &pc, 0, &e);
+    if (rc == 0) {
+      dbl_op_init(&op, cl, pc, h, &e);
+      op.reentrant = !final;
+      rc = cl->strat->release(&op, final);
+      if (rc == 0) h->version = op.g.version;
+      if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
+        hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1);
+      if (h->pinned) {
+        if (final) {
+          h->pinned = NULL;
+          if (rc == 0) dbl_pool_put(cl, pc);
+          else dbl_pool_discard(cl, pc); /* transaction state unknown */
+        }
+      } else if (cl->drv->broken(pc->c)) {
+        dbl_pool_discard(cl, pc);
+      } else {
+        dbl_pool_put(cl, pc);
+      }
+    }
+  }
+
+  pthread_mutex_lock(&cl->mu);
+  if (rc == DBLOCK_ELOST) h->lost = DBLOCK_ELOST;
+  h->handles--;
+  if (!h->lost && rc == 0) h->holds--;
+  unclaim(cl, h);
+  if (h->handles <= 0 || (!h->lost && h->holds <= 0)) {
+    if (h->pinned) dbl_pool_discard(cl, h->pinned);
+    h->pinned = NULL;
+    if (h->handles <= 0) drop_held(cl, h);
+  }
+  pthread_mutex_unlock(&cl->mu);
+  free(l);
+  if (rc == DBLOCK_ELOST)
+    return dbl_failf(cl, rc, "lock was lost before release (expired and taken over, "
+                             "force-unlocked, or its session ended)");
+  if (rc) return dbl_fail(cl, &e);
+  return 0;
+}
+
+/* Renews h now (used by dblock_lock_renew and by the watchdog). Caller has
+ * claimed h. Returns 0, DBLOCK_ELOST, or an error whose outcome is unknown
+ * (the caller decides by the local deadline). */
+int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
+  dbl_pconn *pc = h->pinned;
+  dbl_op op;
+  int rc;
+  int64_t sent = dbl_mono_ms();
+  if (!pc && (rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
+  dbl_op_init(&op, cl, pc, h, e);
+  rc = cl->strat->renew(&op);
+  if (!h->pinned) {
+    if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
+    else dbl_pool_put(cl, pc);
+  } else if (rc == DBLOCK_ECONN) {
+    rc = DBLOCK_ELOST; /* the session that held the row lock is gone */
+  }
+  if (rc == 0) {
+    pthread_mutex_lock(&cl->mu);
+    h->expires_us = op.g.expires_us;
+    h->version = op.g.version;
+    set_lease_clock(h, sent);
+    pthread_mutex_unlock(&cl->mu);
+  }
+  return rc;
+}
+
+int dblock_lock_renew(dblock_lock *l) {
+  dblock_client *cl;
+  struct dbl_held *h;
+  dbl_err e;
+  int rc;
+  if (!l) return dbl_failf(NULL, DBLOCK_EINVAL, "lock handle is NULL");
+  cl = l->client;
+  h = l->held;
+  memset(&e, 0, sizeof e);
+  pthread_mutex_lock(&cl->mu);
+  claim(cl, h);
+  rc = h->lost;
+  pthread_mutex_unlock(&cl->mu);
+  if (rc == 0) rc = dbl_renew_held(cl, h, &e);
+  pthread_mutex_lock(&cl->mu);
+  unclaim(cl, h);
+  pthread_mutex_unlock(&cl->mu);
+  if (rc == DBLOCK_ELOST) {
+    dbl_mark_lost(cl, h);
+    return dbl_failf(cl, rc, "lock '%s' was lost", h->name);
+  }
+  return rc ? dbl_fail(cl, &e) : 0;
+}
+
+int64_t dblock_lock_fence(const dblock_lock *l) { return l ? l->held->fence : 0; }
+const char *dblock_lock_name(const dblock_lock *l) { return l ? l->held->name : NULL; }
+int dblock_lock_hold_count(const dblock_lock *l) { return l ? l->held->holds : 0; }
+int64_t dblock_lock_expires_at(const dblock_lock *l) {
+  return l ? l->held->expires_us : 0;
+}
+
+int dblock_lock_is_lost(const dblock_lock *l) {
+  int lost;
+  if (!l) return 0;
+  pthread_mutex_lock(&l->client->mu);
+  lost = l->held->lost != 0;
+  pthread_mutex_unlock(&l->client->mu);
+  return lost;
+}

@@ -1,0 +1,277 @@
+/*
+ * migrate.c — applying the built-in migrations, recorded with checksums in
+ * ${table}_migrations. Concurrent migrators serialize on a database lock
+ * (PostgreSQL advisory transaction lock, MySQL GET_LOCK, SQLite's write
+ * lock), so the schema is applied once and the others find nothing to do.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "migrations.h"
+
+static const char *PG_TRACK =
+    "CREATE TABLE IF NOT EXISTS ${schema}.${table}_migrations ("
+    " version integer PRIMARY KEY, name text NOT NULL,"
+    " checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
+static const char *MY_TRACK =
+    "CREATE TABLE IF NOT EXISTS ${table}_migrations ("
+    " version INT PRIMARY KEY, name VARCHAR(255) NOT NULL,"
+    " checksum VARCHAR(32) NOT NULL,"
+    " applied_at DATETIME(6) NOT NULL DEFAULT UTC_TIMESTAMP(6)) ENGINE=InnoDB";
+static const char *LITE_TRACK =
+    "CREATE TABLE IF NOT EXISTS ${table}_migrations ("
+    " version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+    " checksum TEXT NOT NULL, applied_at INTEGER NOT NULL)";
+
+static const char *PG_LIST =
+    "SELECT version, checksum, (extract(epoch FROM applied_at) * 1000000)::int8 "
+    "FROM ${schema}.${table}_migrations ORDER BY version";
+static const char *MY_LIST =
+    "SELECT version, checksum, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', applied_at) "
+    "FROM ${table}_migrations ORDER BY version";
+static const char *LITE_LIST =
+    "SELECT version, checksum, applied_at FROM ${table}_migrations ORDER BY version";
+
+static const char *PG_RECORD =
+    "INSERT INTO ${schema}.${table}_migrations (version, name, checksum) VALUES (?::int4, ?, ?)";
+static const char *MY_RECORD =
+    "INSERT INTO ${table}_migrations (version, name, checksum) VALUES (?, ?, ?)";
+static const char *LITE_RECORD =
+    "INSERT INTO ${table}_migrations (version, name, checksum, applied_at) "
+    "VALUES (?, ?, ?, dblock_now_us())";
+
+static const char *pick(const dblock_client *cl, const char *pg, const char *my,
+                        const char *lite) {
+  return cl->drv->dialect == DBL_PG ? pg : cl->drv->dialect == DBL_MY ? my : lite;
+}
+
+/* FNV-1a 64 of the file as shipped, as 16 hex digits. */
+static void checksum(const char *s, char out[17]) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
+
+typedef struct applied {
+  int version;
+  char checksum[33];
+  int64_t at;
+} applied;
+
+/* Reads the applied list. A missing tracking table means none applied. */
+static int read_applied(dblock_client *cl, dbl_conn *c, applied **out, int *n,
+                        dbl_err *e) {
+  dbl_res r;
+  int rc = cl->drv->query(c, dbl_sql(cl, pick(cl, PG_LIST, MY_LIST, LITE_LIST)),
+                          NULL, 0, &r, e);
+  *out = NULL;
+  *n = 0;
+  if (rc == DBLOCK_ESCHEMA) return 0;
+  if (rc) return rc;
+  if (r.nrows && !(*out = calloc((size_t)r.nrows, sizeof **out))) {
+    dbl_res_clear(&r);
+    return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  }
+  for (int i = 0; i < r.nrows; i++) {
+    (*out)[i].version = (int)dbl_res_i64(&r, i, 0);
+    snprintf((*out)[i].checksum, sizeof (*out)[i].checksum, "%s",
+             dbl_res_get(&r, i, 1) ? dbl_res_get(&r, i, 1) : "");
+    (*out)[i].at = dbl_res_i64(&r, i, 2);
+  }
+  *n = r.nrows;
+  dbl_res_clear(&r);
+  return 0;
+}
+
+static const applied *find(const applied *a, int n, int version) {
+  for (int i = 0; i < n; i++)
+    if (a[i].version == version) return &a[i];
+  return NULL;
+}
+
+/* Takes the migration lock; returns 0 or an error. PostgreSQL and SQLite
+ * hold it for the transaction; MySQL until unlock_migrations. */
+static int lock_migrations(dblock_client *cl, dbl_conn *c, dbl_err *e) {
+  char key[96];
+  dbl_param p;
+  dbl_res r;
+  int rc;
+  snprintf(key, sizeof key, "dblock-migrate-%s", cl->table);
+  switch (cl->drv->dialect) {
+  case DBL_PG: {
+    uint64_t h = 1469598103934665603ull;
+    for (const char *s = key; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    if ((rc = cl->drv->begin(c, e)) != 0) return rc;
+    p = DBL_I64((int64_t)(h >> 1));
+    return cl->drv->query(c, "SELECT pg_advisory_xact_lock(?::int8)", &p, 1, NULL, e);
+  }
+  case DBL_MY:
+    p = DBL_STR(key);
+    if ((rc = cl->drv->query(c, "SELECT GET_LOCK(?, 120)", &p, 1, &r, e)) != 0) return rc;
+    rc = dbl_res_i64(&r, 0, 0) == 1 ? 0
+                                    : dbl_err_set(e, DBLOCK_ETIMEOUT, "", 0,
+                                                  "another migrator held the migration lock for 120 s");
+    dbl_res_clear(&r);
+    return rc;
+  default:
+    cl->drv->set_lock_wait(c, 120000, e);
+    return cl->drv->begin(c, e);
+  }
+}
+
+static void unlock_migrations(dblock_client *cl, dbl_conn *c, int ok) {
+  dbl_err scratch;
+  char key[96];
+  dbl_param p;
+  memset(&scratch, 0, sizeof scratch);
+  if (cl->drv->dialect == DBL_MY) {
+    snprintf(key, sizeof key, "dblock-migrate-%s", cl->table);
+    p = DBL_STR(key);
+    cl->drv->query(c, "SELECT RELEASE_LOCK(?)", &p, 1, NULL, &scratch);
+  } else if (!ok) {
+    cl->drv->rollback(c, &scratch);
+  }
+}
+
+int dblock_migrate(dblock_client *cl, int *applied_now) {
+  dbl_pconn *pc;
+  dbl_err e;
+  applied *done = NULL;
+  int ndone = 0, rc, count = 0;
+  char sum[17];
+  if (applied_now) *applied_now = 0;
+  if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
+  memset(&e, 0, sizeof e);
+  /* A raw connection: the pool's lazy epoch load needs the table. */
+  pthread_mutex_lock(&cl->mu);
+  pc = cl->idle;
+  if (pc) {
+    cl->idle = pc->next;
+    cl->nidle--;
+  }
+  pthread_mutex_unlock(&cl->mu);
+  if (!pc) {
+    if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0 && rc != DBLOCK_ESCHEMA)
+      return dbl_fail(cl, &e);
+    if (rc == DBLOCK_ESCHEMA) { /* got returned to the pool: take it again */
+      pthread_mutex_lock(&cl->mu);
+      pc = cl->idle;
+      if (pc) {
+        cl->idle = pc->next;
+        cl->nidle--;
+      }
+      pthread_mutex_unlock(&cl->mu);
+      if (!pc) return dbl_fail(cl, &e);
+    }
+  }
+  if ((rc = lock_migrations(cl, pc->c, &e)) != 0) goto out;
+  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_TRACK, MY_TRACK, LITE_TRACK)),
+                           NULL, 0, NULL, &e)) != 0)
+    goto out;
+  if ((rc = read_applied(cl, pc->c, &done, &ndone, &e)) != 0) goto out;
+  for (int i = 0; i < dbl_migrations_count; i++) {
+    const dbl_migration *m = &dbl_migrations[i];
+    const applied *a;
+    dbl_param p[3];
+    if (strcmp(m->backend, cl->drv->name) != 0) continue;
+    checksum(m->sql, sum);
+    if ((a = find(done, ndone, m->version)) != NULL) {
+      if (strcmp(a->checksum, sum) != 0) {
+        rc = dbl_err_set(&e, DBLOCK_EMIGRATE, "", 0,
+                         "migration %s was applied with checksum %s but this build's "
+                         "copy has %s: refusing to continue (was the file edited?)",
+                         m->name, a->checksum, sum);
+        goto out;
+      }
+      continue;
+    }
+    if ((rc = cl->drv->script(pc->c, dbl_sql(cl, m->sql), &e)) != 0) goto out;
+    p[0] = DBL_I64(m->version);
+    p[1] = DBL_STR(m->name);
+    p[2] = DBL_STR(sum);
+    if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_RECORD, MY_RECORD, LITE_RECORD)),
+                             p, 3, NULL, &e)) != 0)
+      goto out;
+    count++;
+  }
+  for (int i = 0; i < ndone; i++) {
+    int known = 0;
+    for (int j = 0; j < dbl_migrations_count; j++)
+      known |= strcmp(dbl_migrations[j].backend, cl->drv->name) == 0 &&
+               dbl_migrations[j].version == done[i].version;
+    if (!known) {
+      rc = dbl_err_set(&e, DBLOCK_EMIGRATE, "", 0,
+                       "the database has migration %d, which this build does not know: "
+                       "the schema is newer than this library",
+                       done[i].version);
+      goto out;
+    }
+  }
+  if (cl->drv->dialect != DBL_MY) rc = cl->drv->commit(pc->c, &e);
+out:
+  unlock_migrations(cl, pc->c, rc == 0);
+  free(done);
+  pc->fence_base = -1; /* reload the epoch now that the table may exist */
+  if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
+  else dbl_pool_put(cl, pc);
+  if (rc) return dbl_fail(cl, &e);
+  if (applied_now) *applied_now = count;
+  return 0;
+}
+
+int dblock_migrate_status(dblock_migration_info **out, size_t *count,
+                          dblock_client *cl) {
+  dbl_pconn *pc;
+  dbl_err e;
+  applied *done = NULL;
+  int ndone = 0, rc;
+  size_t n = 0;
+  char sum[17];
+  dblock_migration_info *info;
+  if (!out || !count || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
+  *out = NULL;
+  *count = 0;
+  memset(&e, 0, sizeof e);
+  if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) {
+    if (rc != DBLOCK_ESCHEMA) return dbl_fail(cl, &e);
+    /* No lock table yet: everything is pending. */
+    for (int i = 0; i < dbl_migrations_count; i++)
+      n += strcmp(dbl_migrations[i].backend, cl->drv->name) == 0;
+    pc = NULL;
+  } else {
+    rc = read_applied(cl, pc->c, &done, &ndone, &e);
+    dbl_pool_put(cl, pc);
+    if (rc) return dbl_fail(cl, &e);
+    for (int i = 0; i < dbl_migrations_count; i++)
+      n += strcmp(dbl_migrations[i].backend, cl->drv->name) == 0;
+  }
+  if (!(info = calloc(n ? n : 1, sizeof *info))) {
+    free(done);
+    return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
+  }
+  n = 0;
+  for (int i = 0; i < dbl_migrations_count; i++) {
+    const dbl_migration *m = &dbl_migrations[i];
+    const applied *a;
+    if (strcmp(m->backend, cl->drv->name) != 0) continue;
+    a = find(done, ndone, m->version);
+    checksum(m->sql, sum);
+    info[n].version = m->version;
+    info[n].name = m->name;
+    info[n].applied = a != NULL;
+    info[n].applied_at_us = a ? a->at : 0;
+    info[n].checksum_ok = !a || strcmp(a->checksum, sum) == 0;
+    n++;
+  }
+  free(done);
+  *out = info;
+  *count = n;
+  return 0;
+}
+
+void dblock_migration_info_free(dblock_migration_info *info, size_t count) {
+  (void)count;
+  free(info);
+}

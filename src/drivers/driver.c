@@ -1,0 +1,99 @@
+/*
+ * driver.c — what every driver shares: result storage, error filling, and
+ * the choice of driver by URL scheme.
+ */
+#include "driver.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const dbl_driver *dbl_driver_for(const dbl_url *url) {
+  switch (url->backend) {
+  case DBL_B_PG: return &dbl_driver_pg;
+  case DBL_B_MY: return &dbl_driver_mysql;
+  case DBL_B_LITE: return &dbl_driver_sqlite;
+  default: return NULL;
+  }
+}
+
+void dbl_res_clear(dbl_res *r) {
+  if (!r) return;
+  if (r->vals)
+    for (int i = 0; i < r->nrows * r->ncols; i++) free(r->vals[i]);
+  free(r->vals);
+  free(r->lens);
+  memset(r, 0, sizeof *r);
+}
+
+int dbl_res_alloc(dbl_res *r, int nrows, int ncols) {
+  size_t n = (size_t)nrows * (size_t)ncols;
+  r->nrows = nrows;
+  r->ncols = ncols;
+  if (n == 0) return 0;
+  r->vals = calloc(n, sizeof *r->vals);
+  r->lens = calloc(n, sizeof *r->lens);
+  if (!r->vals || !r->lens) {
+    free(r->vals);
+    free(r->lens);
+    r->vals = NULL;
+    r->lens = NULL;
+    r->nrows = r->ncols = 0;
+    return DBLOCK_ENOMEM;
+  }
+  return 0;
+}
+
+int dbl_res_set(dbl_res *r, int row, int col, const char *p, size_t len) {
+  size_t i = (size_t)row * (size_t)r->ncols + (size_t)col;
+  if (!p) return 0;
+  r->vals[i] = malloc(len + 1);
+  if (!r->vals[i]) return DBLOCK_ENOMEM;
+  memcpy(r->vals[i], p, len);
+  r->vals[i][len] = 0;
+  r->lens[i] = len;
+  return 0;
+}
+
+const char *dbl_res_get(const dbl_res *r, int row, int col) {
+  if (!r || row < 0 || col < 0 || row >= r->nrows || col >= r->ncols)
+    return NULL;
+  return r->vals[row * r->ncols + col];
+}
+
+int64_t dbl_res_i64(const dbl_res *r, int row, int col) {
+  const char *v = dbl_res_get(r, row, col);
+  return v ? strtoll(v, NULL, 10) : 0;
+}
+
+int dbl_err_set(dbl_err *e, int code, const char *sqlstate, int native,
+                const char *fmt, ...) {
+  va_list ap;
+  char *nl;
+  if (!e) return code;
+  e->code = code;
+  snprintf(e->sqlstate, sizeof e->sqlstate, "%s", sqlstate ? sqlstate : "");
+  e->native = native;
+  va_start(ap, fmt);
+  vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+  va_end(ap);
+  /* Messages are one line: backends like to end theirs with '\n'. */
+  while ((nl = strchr(e->msg, '\n')) != NULL) {
+    if (nl[1] == 0) *nl = 0;
+    else *nl = ' ';
+  }
+  return code;
+}
+
+void dbl_err_scrub(dbl_err *e, const char *secret) {
+  size_t sl;
+  char *hit;
+  if (!e || !secret || !(sl = strlen(secret))) return;
+  /* The replacement is never longer than the secret, so msg cannot grow. */
+  size_t rl = sl < 3 ? sl : 3;
+  while ((hit = strstr(e->msg, secret)) != NULL) {
+    memset(hit, '*', rl);
+    memmove(hit + rl, hit + sl, strlen(hit + sl) + 1);
+  }
+}

@@ -1,0 +1,151 @@
+/*
+ * driver.h — the one interface every database backend implements.
+ *
+ * A driver is a constant table of function pointers (designated
+ * initializers), picked by the URL scheme. The core and the strategies speak
+ * only this interface; a driver never knows about strategies.
+ *
+ * SQL given to a driver uses `?` placeholders for every value (never a value
+ * pasted into the text); the PostgreSQL driver rewrites them to $1..$n.
+ * Every backend error is classified here into a DBLOCK_E... code, keeping
+ * the SQLSTATE / native number and message.
+ *
+ * New members are only ever appended (see DBL_DRIVER_VERSION).
+ */
+#ifndef DBLOCK_DRIVER_H
+#define DBLOCK_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/url.h"
+#include "dblock.h"
+
+#define DBL_DRIVER_VERSION 1
+
+typedef enum dbl_dialect { DBL_PG = 1, DBL_MY = 2, DBL_LITE = 3 } dbl_dialect;
+
+/* A classified error. code is a DBLOCK_E... value. */
+typedef struct dbl_err {
+  int code;
+  char sqlstate[6];
+  int native;
+  char msg[512];
+} dbl_err;
+
+typedef enum dbl_ptype { DBL_P_NULL = 0, DBL_P_I64, DBL_P_TEXT } dbl_ptype;
+
+/* One bound parameter. TEXT values are bytes of length len (need not be
+ * NUL-terminated). */
+typedef struct dbl_param {
+  dbl_ptype type;
+  int64_t i;
+  const char *s;
+  size_t len;
+} dbl_param;
+
+#define DBL_I64(v) ((dbl_param){.type = DBL_P_I64, .i = (v)})
+#define DBL_TEXT(p, n) ((dbl_param){.type = DBL_P_TEXT, .s = (p), .len = (n)})
+#define DBL_STR(p) DBL_TEXT((p), strlen(p))
+
+/* A query result: nrows x ncols values, each a NUL-terminated copy (NULL for
+ * SQL NULL), owned by the result; free with dbl_res_clear. affected is the
+ * number of rows changed by a write (matched rows are not counted). */
+typedef struct dbl_res {
+  int nrows, ncols;
+  char **vals;
+  size_t *lens;
+  int64_t affected;
+  int64_t insert_id; /* MySQL LAST_INSERT_ID(expr) value, else 0 */
+} dbl_res;
+
+/* One statement of a pipeline (see dbl_driver.pipeline). */
+typedef struct dbl_stmt {
+  const char *sql;
+  const dbl_param *params;
+  int nparams;
+} dbl_stmt;
+
+typedef struct dbl_conn dbl_conn; /* private to each driver */
+
+typedef struct dbl_driver {
+  int version;
+  const char *name; /* "postgres", "mysql", "sqlite" */
+  dbl_dialect dialect;
+
+  /* Connects. timeout_ms bounds the connect. On failure *out is NULL and e
+   * says why (ECONN, EAUTH, EINVAL, ...). Never enables auto-reconnect. */
+  int (*connect)(dbl_conn **out, const dbl_url *url, int64_t timeout_ms,
+                 dbl_err *e);
+  void (*close)(dbl_conn *c);
+
+  /* Runs one parameterized statement. res may be NULL when rows are not
+   * wanted. On failure res is left empty. */
+  int (*query)(dbl_conn *c, const char *sql, const dbl_param *p, int np,
+               dbl_res *res, dbl_err *e);
+
+  /* Runs several statements; the result of the last one goes to res. A
+   * driver that can pipeline sends them in one round trip; others run them
+   * one by one. Stops at the first error. */
+  int (*pipeline)(dbl_conn *c, const dbl_stmt *stmts, int n, dbl_res *res,
+                  dbl_err *e);
+
+  /* Runs a script of several ;-separated statements without parameters
+   * (migrations). */
+  int (*script)(dbl_conn *c, const char *sql, dbl_err *e);
+
+  int (*begin)(dbl_conn *c, dbl_err *e);
+  int (*commit)(dbl_conn *c, dbl_err *e);
+  int (*rollback)(dbl_conn *c, dbl_err *e);
+
+  /* Server clock now, µs since the Unix epoch, UTC. */
+  int (*now_us)(dbl_conn *c, int64_t *out, dbl_err *e);
+
+  /* 1 if the connection is known to be broken (no round trip). */
+  int (*broken)(dbl_conn *c);
+
+  /* Round trips sent on this connection so far. */
+  uint64_t (*round_trips)(dbl_conn *c);
+
+  /* How long the next statements may wait for a row / database lock held
+   * by another session: ms < 0 forever, 0 as short as the backend allows,
+   * > 0 that long. The driver remembers the current setting and only
+   * talks to the server when it changes. A wait that runs out is reported
+   * as DBLOCK_EBUSY (PostgreSQL 55P03, MySQL 1205/1969, SQLITE_BUSY). */
+  int (*set_lock_wait)(dbl_conn *c, int64_t ms, dbl_err *e);
+
+  /* Turns autocommit off (on = 0) or on for this connection, so that the
+   * next statement opens a transaction without a BEGIN round trip.
+   * Remembered; only talks to the server on a change. Drivers that begin
+   * transactions otherwise (pipelining, in-process) return 0 and do
+   * nothing. */
+  int (*set_autocommit)(dbl_conn *c, int on, dbl_err *e);
+} dbl_driver;
+
+extern const dbl_driver dbl_driver_pg;
+extern const dbl_driver dbl_driver_mysql;
+extern const dbl_driver dbl_driver_sqlite;
+
+/* Picks the driver for a parsed URL; NULL if the backend is not built in. */
+const dbl_driver *dbl_driver_for(const dbl_url *url);
+
+void dbl_res_clear(dbl_res *r);
+/* Value at (row, col) or NULL; out-of-range is NULL too. */
+const char *dbl_res_get(const dbl_res *r, int row, int col);
+/* Value parsed as int64 (0 for NULL / out of range). */
+int64_t dbl_res_i64(const dbl_res *r, int row, int col);
+/* Allocates a result of nrows x ncols empty values; returns 0 or ENOMEM. */
+int dbl_res_alloc(dbl_res *r, int nrows, int ncols);
+/* Stores a copy of len bytes at (row, col); NULL p stores SQL NULL. */
+int dbl_res_set(dbl_res *r, int row, int col, const char *p, size_t len);
+
+/* Fills e (printf-style message; never give it a password). Returns code. */
+int dbl_err_set(dbl_err *e, int code, const char *sqlstate, int native,
+                const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Replaces every occurrence of secret (a password) in e->msg by "***".
+ * Drivers call it on every message built from backend text. */
+void dbl_err_scrub(dbl_err *e, const char *secret);
+
+#endif

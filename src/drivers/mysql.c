@@ -1,0 +1,404 @@
+/*
+ * mysql.c — the MySQL / MariaDB driver (libmysqlclient; MariaDB
+ * Connector/C on Debian).
+ *
+ * Every statement is a server-side prepared statement (values travel as
+ * bound parameters, never in the SQL text). Prepared statements are cached
+ * per connection, so after the first use a statement costs one round trip.
+ * Auto-reconnect stays off: a silent reconnect would drop every lock the
+ * old session held.
+ */
+#include <errmsg.h>
+#include <mysql.h>
+#include <mysqld_error.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+#define MY_CACHE 32
+#define MY_MAX_PARAMS 24
+#define MY_BUF 320 /* names, hosts and numbers fit; longer values are refetched */
+
+typedef struct cached {
+  char *sql;
+  MYSQL_STMT *st;
+  uint64_t used;
+} cached;
+
+struct dbl_conn {
+  MYSQL *my;
+  char *secret;
+  uint64_t trips, tick;
+  int broken;
+  int64_t lock_wait; /* ms currently set, -2 = unknown */
+  int autocommit;    /* 1 on (the default), 0 off, -1 unknown */
+  cached cache[MY_CACHE];
+};
+
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static void lib_init(void) { mysql_library_init(0, NULL, NULL); }
+
+/* Maps a MySQL / MariaDB error number to a dblock code. */
+static int classify(unsigned int no) {
+  switch (no) {
+  case 1205: case 3572: case 1062: return DBLOCK_EBUSY;
+  case 1213: case 1020: return DBLOCK_ERETRY;
+  case 3024: case 1969: return DBLOCK_ETIMEOUT;
+  case 2006: case 2013: case 4031: case 1927: case 2002: case 2003:
+  case 2005: case 2055: case 1049: case 1053: case 1152: case 1158:
+  case 1159: case 1160: case 1161: return DBLOCK_ECONN;
+  case 1045: case 1698: case 1251: return DBLOCK_EAUTH;
+  case 1146: case 1305: return DBLOCK_ESCHEMA;
+  case 1142: case 1143: case 1044: case 1227: case 1370: return DBLOCK_EPERM;
+  case 1290: case 1792: return DBLOCK_EREPLICA;
+  case 1406: case 1366: case 1300: return DBLOCK_EINVAL;
+  default: return DBLOCK_EDB;
+  }
+}
+
+static int fail_no(dbl_conn *c, unsigned int no, const char *state,
+                   const char *msg, dbl_err *e) {
+  int code = classify(no);
+  if (code == DBLOCK_ECONN && no != 1049) c->broken = 1;
+  if (code == DBLOCK_ESCHEMA)
+    dbl_err_set(e, code, state, (int)no, "%s (run `dblock migrate`)", msg);
+  else
+    dbl_err_set(e, code, state, (int)no, "%s", msg);
+  dbl_err_scrub(e, c->secret);
+  return code;
+}
+
+static int fail_my(dbl_conn *c, dbl_err *e) {
+  return fail_no(c, mysql_errno(c->my), mysql_sqlstate(c->my),
+                 mysql_error(c->my), e);
+}
+
+static int fail_st(dbl_conn *c, MYSQL_STMT *st, dbl_err *e) {
+  return fail_no(c, mysql_stmt_errno(st), mysql_stmt_sqlstate(st),
+                 mysql_stmt_error(st), e);
+}
+
+/* Returns the cached prepared statement for sql, preparing it (one round
+ * trip) the first time. Evicts the least recently used when full. */
+static MYSQL_STMT *prepare(dbl_conn *c, const char *sql, dbl_err *e) {
+  cached *victim = &c->cache[0];
+  for (int i = 0; i < MY_CACHE; i++) {
+    cached *k = &c->cache[i];
+    if (k->sql && strcmp(k->sql, sql) == 0) {
+      k->used = ++c->tick;
+      return k->st;
+    }
+    if (!k->sql || k->used < victim->used) victim = k;
+  }
+  if (victim->sql) {
+    mysql_stmt_close(victim->st);
+    free(victim->sql);
+    victim->sql = NULL;
+  }
+  MYSQL_STMT *st = mysql_stmt_init(c->my);
+  if (!st) {
+    fail_my(c, e);
+    return NULL;
+  }
+  c->trips++;
+  if (mysql_stmt_prepare(st, sql, strlen(sql))) {
+    fail_st(c, st, e);
+    mysql_stmt_close(st);
+    return NULL;
+  }
+  if (!(victim->sql = strdup(sql))) {
+    mysql_stmt_close(st);
+    dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+    return NULL;
+  }
+  victim->st = st;
+  victim->used = ++c->tick;
+  return st;
+}
+
+/* Reads every row of an executed statement into res. */
+static int fetch_rows(dbl_conn *c, MYSQL_STMT *st, dbl_res *res, dbl_err *e) {
+  MYSQL_RES *meta = mysql_stmt_result_metadata(st);
+  int nc, nr, rc = 0;
+  if (!meta) return 0;
+  nc = (int)mysql_num_fields(meta);
+  mysql_free_result(meta);
+  if (mysql_stmt_store_result(st)) return fail_st(c, st, e);
+  nr = (int)mysql_stmt_num_rows(st);
+  MYSQL_BIND *b = calloc((size_t)nc, sizeof *b);
+  char(*buf)[MY_BUF] = calloc((size_t)nc, sizeof *buf);
+  unsigned long *len = calloc((size_t)nc, sizeof *len);
+  my_bool *isnull = calloc((size_t)nc, sizeof *isnull);
+  my_bool *err = calloc((size_t)nc, sizeof *err);
+  if (!b || !buf || !len || !isnull || !err || (res && dbl_res_alloc(res, nr, nc))) {
+    rc = dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+    goto out;
+  }
+  for (int j = 0; j < nc; j++) {
+    b[j].buffer_type = MYSQL_TYPE_STRING;
+    b[j].buffer = buf[j];
+    b[j].buffer_length = MY_BUF - 1;
+    b[j].length = &len[j];
+    b[j].is_null = &isnull[j];
+    b[j].error = &err[j];
+  }
+  if (mysql_stmt_bind_result(st, b)) {
+    rc = fail_st(c, st, e);
+    goto out;
+  }
+  for (int i = 0; i < nr; i++) {
+    int f = mysql_stmt_fetch(st);
+    if (f == 1) {
+      rc = fail_st(c, st, e);
+      goto out;
+    }
+    if (f == MYSQL_NO_DATA) break;
+    for (int j = 0; j < nc && res; j++) {
+      if (isnull[j]) continue;
+      if (len[j] >= MY_BUF - 1) { /* truncated: fetch the whole value */
+        char *big = malloc(len[j] + 1);
+        MYSQL_BIND one = {0};
+        if (!big) { rc = dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory"); goto out; }
+        one.buffer_type = MYSQL_TYPE_STRING;
+        one.buffer = big;
+        one.buffer_length = len[j] + 1;
+        if (mysql_stmt_fetch_column(st, &one, (unsigned)j, 0) == 0)
+          rc = dbl_res_set(res, i, j, big, len[j]);
+        free(big);
+      } else {
+        rc = dbl_res_set(res, i, j, buf[j], len[j]);
+      }
+      if (rc) { dbl_err_set(e, rc, "", 0, "out of memory"); goto out; }
+    }
+  }
+out:
+  mysql_stmt_free_result(st);
+  free(b);
+  free(buf);
+  free(len);
+  free(isnull);
+  free(err);
+  if (rc && res) dbl_res_clear(res);
+  return rc;
+}
+
+static int my_query(dbl_conn *c, const char *sql, const dbl_param *p, int np,
+                    dbl_res *res, dbl_err *e) {
+  MYSQL_BIND b[MY_MAX_PARAMS];
+  long long ints[MY_MAX_PARAMS];
+  unsigned long lens[MY_MAX_PARAMS];
+  MYSQL_STMT *st;
+  int rc;
+  if (res) memset(res, 0, sizeof *res);
+  if (c->broken)
+    return dbl_err_set(e, DBLOCK_ECONN, "HY000", 2006,
+                       "connection lost earlier; open a new client");
+  if (np > MY_MAX_PARAMS)
+    return dbl_err_set(e, DBLOCK_EINVAL, "", 0, "too many parameters");
+  if (!(st = prepare(c, sql, e))) return e->code;
+  if ((int)mysql_stmt_param_count(st) != np)
+    return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
+                       "statement wants %lu parameters, got %d",
+                       mysql_stmt_param_count(st), np);
+  memset(b, 0, sizeof b);
+  for (int i = 0; i < np; i++) {
+    switch (p[i].type) {
+    case DBL_P_NULL: b[i].buffer_type = MYSQL_TYPE_NULL; break;
+    case DBL_P_I64:
+      ints[i] = p[i].i;
+      b[i].buffer_type = MYSQL_TYPE_LONGLONG;
+      b[i].buffer = &ints[i];
+      break;
+    case DBL_P_TEXT:
+      lens[i] = (unsigned long)p[i].len;
+      b[i].buffer_type = MYSQL_TYPE_STRING;
+      b[i].buffer = (void *)(uintptr_t)p[i].s;
+      b[i].buffer_length = lens[i];
+      b[i].length = &lens[i];
+      break;
+    }
+  }
+  if (np && mysql_stmt_bind_param(st, b)) return fail_st(c, st, e);
+  c->trips++;
+  if (mysql_stmt_execute(st)) return fail_st(c, st, e);
+  if ((rc = fetch_rows(c, st, res, e)) != 0) return rc;
+  if (res) {
+    my_ulonglong a = mysql_stmt_affected_rows(st);
+    res->affected = a == (my_ulonglong)-1 ? 0 : (int64_t)a;
+    res->insert_id = (int64_t)mysql_stmt_insert_id(st);
+  }
+  return 0;
+}
+
+/* MySQL has no pipelining through prepared statements: one by one. */
+static int my_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
+                       dbl_err *e) {
+  for (int i = 0; i < n; i++) {
+    int rc = my_query(c, s[i].sql, s[i].params, s[i].nparams,
+                      i == n - 1 ? res : NULL, e);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Runs a multi-statement script through the text protocol (no values in
+ * it: migrations only) and drains every result. */
+static int my_script(dbl_conn *c, const char *sql, dbl_err *e) {
+  int st;
+  c->trips++;
+  if (mysql_real_query(c->my, sql, strlen(sql))) return fail_my(c, e);
+  do {
+    MYSQL_RES *r = mysql_store_result(c->my);
+    if (r) mysql_free_result(r);
+    else if (mysql_field_count(c->my) != 0) return fail_my(c, e);
+    st = mysql_next_result(c->my);
+    if (st > 0) return fail_my(c, e);
+  } while (st == 0);
+  return 0;
+}
+
+static int my_simple(dbl_conn *c, const char *sql, dbl_err *e) {
+  c->trips++;
+  if (mysql_real_query(c->my, sql, strlen(sql))) return fail_my(c, e);
+  return 0;
+}
+static int my_begin(dbl_conn *c, dbl_err *e) {
+  return my_simple(c, "START TRANSACTION", e);
+}
+static int my_commit(dbl_conn *c, dbl_err *e) { return my_simple(c, "COMMIT", e); }
+static int my_rollback(dbl_conn *c, dbl_err *e) {
+  return my_simple(c, "ROLLBACK", e);
+}
+
+static int my_now_us(dbl_conn *c, int64_t *out, dbl_err *e) {
+  dbl_res r;
+  int rc = my_query(c,
+                    "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', "
+                    "UTC_TIMESTAMP(6))",
+                    NULL, 0, &r, e);
+  if (rc == 0) *out = dbl_res_i64(&r, 0, 0);
+  dbl_res_clear(&r);
+  return rc;
+}
+
+/* InnoDB's lock wait only takes whole seconds, so a wait is enforced by
+ * max_statement_time (fractional seconds, error 1969) with
+ * innodb_lock_wait_timeout as the whole-second backstop. Waiting forever
+ * sets both to their "no limit" values. */
+static int my_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
+  dbl_param p[2];
+  int64_t eff = ms < 0 ? -1 : ms == 0 ? 1 : ms;
+  char secs[32];
+  int rc;
+  if (c->lock_wait == eff) return 0;
+  if (eff < 0) {
+    p[0] = DBL_I64(1073741824);
+    p[1] = DBL_STR("0");
+  } else {
+    p[0] = DBL_I64(eff / 1000 + 1);
+    snprintf(secs, sizeof secs, "%lld.%03lld", (long long)(eff / 1000),
+             (long long)(eff % 1000));
+    p[1] = DBL_STR(secs);
+  }
+  rc = my_query(c,
+                "SET SESSION innodb_lock_wait_timeout = ?, "
+                "max_statement_time = CAST(? AS DECIMAL(12,3))",
+                p, 2, NULL, e);
+  c->lock_wait = rc == 0 ? eff : -2;
+  return rc;
+}
+
+static int my_set_autocommit(dbl_conn *c, int on, dbl_err *e) {
+  if (c->autocommit == (on ? 1 : 0)) return 0;
+  c->trips++;
+  if (mysql_autocommit(c->my, on ? 1 : 0)) {
+    c->autocommit = -1;
+    return fail_my(c, e);
+  }
+  c->autocommit = on ? 1 : 0;
+  return 0;
+}
+
+static int my_broken(dbl_conn *c) { return c->broken; }
+static uint64_t my_trips(dbl_conn *c) { return c->trips; }
+
+static void my_close(dbl_conn *c) {
+  if (!c) return;
+  for (int i = 0; i < MY_CACHE; i++)
+    if (c->cache[i].sql) {
+      mysql_stmt_close(c->cache[i].st);
+      free(c->cache[i].sql);
+    }
+  if (c->my) mysql_close(c->my);
+  if (c->secret) {
+    memset(c->secret, 0, strlen(c->secret));
+    free(c->secret);
+  }
+  free(c);
+}
+
+static int my_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
+                      dbl_err *e) {
+  dbl_conn *c = calloc(1, sizeof *c);
+  unsigned int tmo = (unsigned int)(timeout_ms > 0 ? (timeout_ms + 999) / 1000 : 5);
+  my_bool off = 0;
+  const char *socket = dbl_url_param(u, "socket");
+  *out = NULL;
+  pthread_once(&lib_once, lib_init);
+  if (!c) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  c->lock_wait = -2;
+  c->autocommit = 1;
+  for (int i = 0; i < u->nparams; i++)
+    if (strcmp(u->keys[i], "socket") != 0) {
+      free(c);
+      return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
+                         "unknown MySQL URL parameter '%s' (known: socket)",
+                         u->keys[i]);
+    }
+  if (u->password && !(c->secret = strdup(u->password))) {
+    free(c);
+    return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  }
+  if (!(c->my = mysql_init(NULL))) {
+    my_close(c);
+    return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  }
+  mysql_thread_init();
+  mysql_options(c->my, MYSQL_OPT_CONNECT_TIMEOUT, &tmo);
+  mysql_options(c->my, MYSQL_OPT_RECONNECT, &off);
+  mysql_options(c->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+  mysql_options(c->my, MYSQL_INIT_COMMAND, "SET time_zone = '+00:00'");
+  if (!mysql_real_connect(c->my, u->host ? u->host : "127.0.0.1", u->user,
+                          u->password, u->dbname, (unsigned)u->port, socket,
+                          CLIENT_MULTI_STATEMENTS)) {
+    int rc = fail_my(c, e);
+    if (rc == DBLOCK_EDB) rc = dbl_err_set(e, DBLOCK_ECONN, e->sqlstate, e->native, "%s", e->msg);
+    my_close(c);
+    return rc;
+  }
+  c->trips++;
+  *out = c;
+  return 0;
+}
+
+const dbl_driver dbl_driver_mysql = {
+    .version = DBL_DRIVER_VERSION,
+    .name = "mysql",
+    .dialect = DBL_MY,
+    .connect = my_connect,
+    .close = my_close,
+    .query = my_query,
+    .pipeline = my_pipeline,
+    .script = my_script,
+    .begin = my_begin,
+    .commit = my_commit,
+    .rollback = my_rollback,
+    .now_us = my_now_us,
+    .broken = my_broken,
+    .round_trips = my_trips,
+    .set_lock_wait = my_set_lock_wait,
+    .set_autocommit = my_set_autocommit,
+};

@@ -1,0 +1,393 @@
+/*
+ * pg.c — the PostgreSQL driver (libpq).
+ *
+ * Statements go through PQexecParams (parse, bind and execute in one round
+ * trip) with every value as a parameter. Several statements can share one
+ * round trip through libpq's pipeline mode (PostgreSQL 14+ servers; the
+ * for_update strategy sends BEGIN, its lock wait and the SELECT together).
+ */
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+struct dbl_conn {
+  PGconn *pg;
+  char *secret;       /* password, only to scrub it out of messages */
+  uint64_t trips;
+  int64_t lock_wait;  /* current lock_timeout in ms, -2 = unknown */
+};
+
+/* Maps a SQLSTATE to a dblock code (BACKENDS.md's table). */
+static int classify(const char *st) {
+  static const struct { const char *state; int code; } map[] = {
+      {"55P03", DBLOCK_EBUSY},   {"23505", DBLOCK_EBUSY},
+      {"40001", DBLOCK_ERETRY},  {"40P01", DBLOCK_ERETRY},
+      {"57014", DBLOCK_ETIMEOUT}, {"57P01", DBLOCK_ECONN},
+      {"57P02", DBLOCK_ECONN},   {"57P03", DBLOCK_ECONN},
+      {"25P03", DBLOCK_ECONN},   {"40003", DBLOCK_ECONN},
+      {"28P01", DBLOCK_EAUTH},   {"28000", DBLOCK_EAUTH},
+      {"42P01", DBLOCK_ESCHEMA}, {"3F000", DBLOCK_ESCHEMA},
+      {"42883", DBLOCK_ESCHEMA}, {"42501", DBLOCK_EPERM},
+      {"25006", DBLOCK_EREPLICA}, {"3D000", DBLOCK_ECONN},
+      {"22021", DBLOCK_EINVAL},  {"22001", DBLOCK_EINVAL},
+  };
+  if (!st) return DBLOCK_EDB;
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(st, map[i].state) == 0) return map[i].code;
+  if (strncmp(st, "08", 2) == 0) return DBLOCK_ECONN;
+  return DBLOCK_EDB;
+}
+
+/* Fills e from a failed result (or from the connection when r is NULL). */
+static int fail_res(dbl_conn *c, PGresult *r, dbl_err *e) {
+  const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  const char *msg = r ? PQresultErrorMessage(r) : NULL;
+  int code;
+  if (!msg || !*msg) msg = PQerrorMessage(c->pg);
+  if (PQstatus(c->pg) == CONNECTION_BAD) code = DBLOCK_ECONN;
+  else code = classify(st);
+  if (code == DBLOCK_ESCHEMA)
+    dbl_err_set(e, code, st, 0, "%s (run `dblock migrate`)", msg);
+  else if (code == DBLOCK_ECONN && !st)
+    dbl_err_set(e, code, "08006", 0, "connection lost: %s", msg);
+  else
+    dbl_err_set(e, code, st, 0, "%s", msg);
+  dbl_err_scrub(e, c->secret);
+  return code;
+}
+
+/* Classifies a failed connection attempt. libpq gives no SQLSTATE for
+ * these, so the message decides: authentication, unknown database, or
+ * could not connect at all. */
+static int fail_connect(PGconn *pg, const char *secret, dbl_err *e) {
+  const char *msg = pg ? PQerrorMessage(pg) : "out of memory";
+  int code = DBLOCK_ECONN;
+  const char *st = "08001";
+  if (strstr(msg, "password authentication failed") ||
+      strstr(msg, "no password supplied") ||
+      strstr(msg, "authentication failed") ||
+      strstr(msg, "no pg_hba.conf entry")) {
+    code = DBLOCK_EAUTH;
+    st = "28P01";
+  } else if (strstr(msg, "invalid connection option") ||
+             strstr(msg, "invalid sslmode") ||
+             strstr(msg, "missing \"=\"") || strstr(msg, "invalid ")) {
+    code = DBLOCK_EINVAL;
+    st = "";
+  } else if (strstr(msg, "does not exist")) {
+    st = "3D000";
+  }
+  dbl_err_set(e, code, st, 0, "%s", msg);
+  dbl_err_scrub(e, secret);
+  return code;
+}
+
+/* Copies rows of r into res (text form). */
+static int take_rows(PGresult *r, dbl_res *res) {
+  int nr = PQntuples(r), nc = PQnfields(r);
+  const char *tuples = PQcmdTuples(r);
+  if (dbl_res_alloc(res, nr, nc)) return DBLOCK_ENOMEM;
+  res->affected = tuples && *tuples ? strtoll(tuples, NULL, 10) : 0;
+  for (int i = 0; i < nr; i++)
+    for (int j = 0; j < nc; j++)
+      if (!PQgetisnull(r, i, j) &&
+          dbl_res_set(res, i, j, PQgetvalue(r, i, j),
+                      (size_t)PQgetlength(r, i, j)))
+        return DBLOCK_ENOMEM;
+  return 0;
+}
+
+/* Rewrites `?` placeholders (outside quotes) to $1..$n. Caller frees. */
+static char *rewrite(const char *sql) {
+  size_t n = strlen(sql), q = 0;
+  for (size_t i = 0; i < n; i++) q += sql[i] == '?';
+  char *out = malloc(n + q * 4 + 1), *o = out;
+  int k = 0;
+  char quote = 0;
+  if (!out) return NULL;
+  for (const char *p = sql; *p; p++) {
+    if (quote) {
+      if (*p == quote) quote = 0;
+    } else if (*p == '\'' || *p == '"') {
+      quote = *p;
+    } else if (*p == '?') {
+      o += sprintf(o, "$%d", ++k);
+      continue;
+    }
+    *o++ = *p;
+  }
+  *o = 0;
+  return out;
+}
+
+/* Converts params to libpq's text-format arrays. nums holds the decimal
+ * forms of integers; returns 0 or ENOMEM. */
+static int to_pg(const dbl_param *p, int np, const char **vals, int *lens,
+                 int *fmts, char (*nums)[24]) {
+  for (int i = 0; i < np; i++) {
+    fmts[i] = 0;
+    switch (p[i].type) {
+    case DBL_P_NULL: vals[i] = NULL; lens[i] = 0; break;
+    case DBL_P_I64:
+      snprintf(nums[i], sizeof nums[i], "%lld", (long long)p[i].i);
+      vals[i] = nums[i];
+      lens[i] = (int)strlen(nums[i]);
+      break;
+    case DBL_P_TEXT:
+      /* Text format needs a NUL-terminated value; the core only passes
+       * NUL-free, terminated strings, checked by the name validation. */
+      vals[i] = p[i].s;
+      lens[i] = (int)p[i].len;
+      break;
+    }
+  }
+  return 0;
+}
+
+#define PG_MAX_PARAMS 24
+
+static int send_one(dbl_conn *c, const char *sql, const dbl_param *p, int np,
+                    int pipelined, PGresult **out, dbl_err *e) {
+  const char *vals[PG_MAX_PARAMS];
+  int lens[PG_MAX_PARAMS], fmts[PG_MAX_PARAMS];
+  char nums[PG_MAX_PARAMS][24];
+  char *q;
+  int ok;
+  if (np > PG_MAX_PARAMS)
+    return dbl_err_set(e, DBLOCK_EINVAL, "", 0, "too many parameters");
+  to_pg(p, np, vals, lens, fmts, nums);
+  if (!(q = rewrite(sql))) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  if (pipelined) {
+    ok = PQsendQueryParams(c->pg, q, np, NULL, vals, lens, fmts, 0);
+    free(q);
+    return ok ? 0 : fail_res(c, NULL, e);
+  }
+  *out = PQexecParams(c->pg, q, np, NULL, vals, lens, fmts, 0);
+  free(q);
+  c->trips++;
+  return 0;
+}
+
+static int pg_query(dbl_conn *c, const char *sql, const dbl_param *p, int np,
+                    dbl_res *res, dbl_err *e) {
+  PGresult *r = NULL;
+  int rc;
+  if (res) memset(res, 0, sizeof *res);
+  if ((rc = send_one(c, sql, p, np, 0, &r, e)) != 0) return rc;
+  switch (PQresultStatus(r)) {
+  case PGRES_TUPLES_OK:
+  case PGRES_COMMAND_OK:
+    rc = res ? take_rows(r, res) : 0;
+    if (rc) dbl_err_set(e, rc, "", 0, "out of memory");
+    break;
+  default: rc = fail_res(c, r, e); break;
+  }
+  PQclear(r);
+  return rc;
+}
+
+/* Sends all statements and one Sync in a single round trip, then reads
+ * every result. The first error wins; later statements are skipped by the
+ * server (PGRES_PIPELINE_ABORTED). */
+static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
+                       dbl_err *e) {
+  int rc = 0, i;
+  PGresult *r;
+  if (res) memset(res, 0, sizeof *res);
+  if (!PQenterPipelineMode(c->pg)) return fail_res(c, NULL, e);
+  for (i = 0; i < n && rc == 0; i++)
+    rc = send_one(c, s[i].sql, s[i].params, s[i].nparams, 1, NULL, e);
+  if (rc == 0 && !PQpipelineSync(c->pg)) rc = fail_res(c, NULL, e);
+  c->trips++;
+  if (rc) {
+    PQexitPipelineMode(c->pg);
+    return rc;
+  }
+  for (i = 0; i < n; i++) {
+    while ((r = PQgetResult(c->pg)) != NULL) {
+      ExecStatusType st = PQresultStatus(r);
+      if (rc == 0 && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK &&
+          st != PGRES_PIPELINE_ABORTED)
+        rc = fail_res(c, r, e);
+      else if (rc == 0 && i == n - 1 && res &&
+               (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) &&
+               take_rows(r, res))
+        rc = dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+      PQclear(r);
+    }
+    if (PQstatus(c->pg) == CONNECTION_BAD) break;
+  }
+  /* The Sync's own result. */
+  while ((r = PQgetResult(c->pg)) != NULL) {
+    ExecStatusType st = PQresultStatus(r);
+    PQclear(r);
+    if (st == PGRES_PIPELINE_SYNC) break;
+  }
+  if (!PQexitPipelineMode(c->pg) && rc == 0) rc = fail_res(c, NULL, e);
+  if (rc == 0 && PQstatus(c->pg) == CONNECTION_BAD) rc = fail_res(c, NULL, e);
+  if (rc && res) dbl_res_clear(res);
+  return rc;
+}
+
+static int pg_script(dbl_conn *c, const char *sql, dbl_err *e) {
+  PGresult *r = PQexec(c->pg, sql);
+  int rc = 0;
+  c->trips++;
+  if (PQresultStatus(r) != PGRES_COMMAND_OK &&
+      PQresultStatus(r) != PGRES_TUPLES_OK)
+    rc = fail_res(c, r, e);
+  PQclear(r);
+  return rc;
+}
+
+static int pg_simple(dbl_conn *c, const char *sql, dbl_err *e) {
+  return pg_query(c, sql, NULL, 0, NULL, e);
+}
+static int pg_begin(dbl_conn *c, dbl_err *e) { return pg_simple(c, "BEGIN", e); }
+static int pg_commit(dbl_conn *c, dbl_err *e) { return pg_simple(c, "COMMIT", e); }
+static int pg_rollback(dbl_conn *c, dbl_err *e) {
+  return pg_simple(c, "ROLLBACK", e);
+}
+
+static int pg_now_us(dbl_conn *c, int64_t *out, dbl_err *e) {
+  dbl_res r;
+  int rc = pg_query(c,
+                    "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+                    NULL, 0, &r, e);
+  if (rc == 0) *out = dbl_res_i64(&r, 0, 0);
+  dbl_res_clear(&r);
+  return rc;
+}
+
+static int pg_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
+  char v[32];
+  int rc;
+  /* lock_timeout 0 means "wait forever" in PostgreSQL, so a try uses 1 ms. */
+  int64_t eff = ms < 0 ? 0 : ms == 0 ? 1 : ms;
+  dbl_param p;
+  if (c->lock_wait == eff) return 0;
+  snprintf(v, sizeof v, "%lldms", (long long)eff);
+  p = DBL_STR(v);
+  rc = pg_query(c, "SELECT set_config('lock_timeout', ?, false)", &p, 1, NULL, e);
+  c->lock_wait = rc == 0 ? eff : -2;
+  return rc;
+}
+
+static int pg_broken(dbl_conn *c) { return PQstatus(c->pg) == CONNECTION_BAD; }
+static uint64_t pg_trips(dbl_conn *c) { return c->trips; }
+
+static void pg_close(dbl_conn *c) {
+  if (!c) return;
+  if (c->pg) PQfinish(c->pg);
+  if (c->secret) {
+    memset(c->secret, 0, strlen(c->secret));
+    free(c->secret);
+  }
+  free(c);
+}
+
+static void quiet_notice(void *arg, const char *message) {
+  (void)arg;
+  (void)message;
+}
+
+/* Connects with keyword arrays built from the URL (or the keyword string
+ * expanded by libpq), adding a connect timeout and TCP keepalives so a dead
+ * server is noticed, unless the caller chose their own. */
+static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
+                      dbl_err *e) {
+  const char *keys[DBL_URL_MAX_PARAMS + 16], *vals[DBL_URL_MAX_PARAMS + 16];
+  char port[16], tmo[24];
+  int n = 0;
+  dbl_conn *c = calloc(1, sizeof *c);
+  *out = NULL;
+  if (!c) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  c->lock_wait = -2;
+  if (u->pg_keywords) {
+    PQconninfoOption *opts = PQconninfoParse(u->pg_keywords, NULL);
+    if (!opts) {
+      free(c);
+      return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
+                         "bad PostgreSQL connection string '%s'", u->redacted);
+    }
+    for (PQconninfoOption *o = opts; o->keyword; o++)
+      if (strcmp(o->keyword, "password") == 0 && o->val)
+        c->secret = strdup(o->val);
+    PQconninfoFree(opts);
+    keys[n] = "dbname"; vals[n++] = u->pg_keywords;
+  } else {
+    if (u->host) { keys[n] = "host"; vals[n++] = u->host; }
+    if (u->port) {
+      snprintf(port, sizeof port, "%d", u->port);
+      keys[n] = "port"; vals[n++] = port;
+    }
+    if (u->user) { keys[n] = "user"; vals[n++] = u->user; }
+    if (u->password) {
+      keys[n] = "password"; vals[n++] = u->password;
+      c->secret = strdup(u->password);
+    }
+    if (u->dbname) { keys[n] = "dbname"; vals[n++] = u->dbname; }
+    for (int i = 0; i < u->nparams; i++) {
+      keys[n] = u->keys[i]; vals[n++] = u->vals[i];
+    }
+  }
+  /* Later keywords win in libpq, so defaults go first only if absent. */
+  snprintf(tmo, sizeof tmo, "%lld",
+           (long long)(timeout_ms > 0 ? (timeout_ms + 999) / 1000 : 5));
+  if (!dbl_url_param(u, "connect_timeout")) {
+    keys[n] = "connect_timeout"; vals[n++] = tmo;
+  }
+  if (!dbl_url_param(u, "application_name")) {
+    keys[n] = "application_name"; vals[n++] = "dblock";
+  }
+  if (!dbl_url_param(u, "keepalives_idle")) {
+    keys[n] = "keepalives_idle"; vals[n++] = "10";
+    keys[n] = "keepalives_interval"; vals[n++] = "5";
+    keys[n] = "keepalives_count"; vals[n++] = "3";
+  }
+  keys[n] = NULL;
+  vals[n] = NULL;
+  c->pg = PQconnectdbParams(keys, vals, 1);
+  if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
+    int rc = fail_connect(c->pg, c->secret, e);
+    pg_close(c);
+    return rc;
+  }
+  /* Server notices (e.g. "already exists, skipping") are not errors and
+   * must not reach the caller's stderr. */
+  PQsetNoticeProcessor(c->pg, quiet_notice, NULL);
+  c->trips++;
+  *out = c;
+  return 0;
+}
+
+/* Transactions are opened explicitly (pipelined BEGIN / in-process), so
+ * autocommit never needs changing here. */
+static int pg_set_autocommit(dbl_conn *c, int on, dbl_err *e) {
+  (void)c;
+  (void)on;
+  (void)e;
+  return 0;
+}
+
+const dbl_driver dbl_driver_pg = {
+    .version = DBL_DRIVER_VERSION,
+    .name = "postgres",
+    .dialect = DBL_PG,
+    .connect = pg_connect,
+    .close = pg_close,
+    .query = pg_query,
+    .pipeline = pg_pipeline,
+    .script = pg_script,
+    .begin = pg_begin,
+    .commit = pg_commit,
+    .rollback = pg_rollback,
+    .now_us = pg_now_us,
+    .broken = pg_broken,
+    .round_trips = pg_trips,
+    .set_lock_wait = pg_set_lock_wait,
+    .set_autocommit = pg_set_autocommit,
+};

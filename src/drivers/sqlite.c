@@ -1,0 +1,339 @@
+/*
+ * sqlite.c — the SQLite driver (libsqlite3), for one host.
+ *
+ * The database file is opened in WAL mode with synchronous=FULL unless the
+ * URL says otherwise (?synchronous=normal). "Server time" is this host's
+ * clock, offered to SQL as dblock_now_us() with microsecond precision.
+ * Prepared statements are cached per connection.
+ */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "driver.h"
+
+#define LITE_CACHE 32
+
+typedef struct cached {
+  char *sql;
+  sqlite3_stmt *st;
+  uint64_t used;
+} cached;
+
+struct dbl_conn {
+  sqlite3 *db;
+  uint64_t trips, tick;
+  int64_t lock_wait;
+  int broken;
+  cached cache[LITE_CACHE];
+};
+
+static int64_t wall_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void fn_now_us(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  (void)argc;
+  (void)argv;
+  sqlite3_result_int64(ctx, wall_us());
+}
+
+static int classify(int ext, const char *msg) {
+  switch (ext & 0xff) {
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED: return DBLOCK_EBUSY;
+  case SQLITE_CONSTRAINT:
+    return (ext == SQLITE_CONSTRAINT_UNIQUE || ext == SQLITE_CONSTRAINT_PRIMARYKEY)
+               ? DBLOCK_EBUSY
+               : DBLOCK_EDB;
+  case SQLITE_READONLY:
+  case SQLITE_PERM:
+  case SQLITE_AUTH: return DBLOCK_EPERM;
+  case SQLITE_CANTOPEN:
+  case SQLITE_IOERR:
+  case SQLITE_NOTADB:
+  case SQLITE_CORRUPT: return DBLOCK_ECONN;
+  case SQLITE_NOMEM: return DBLOCK_ENOMEM;
+  case SQLITE_TOOBIG:
+  case SQLITE_RANGE: return DBLOCK_EINVAL;
+  case SQLITE_ERROR:
+    if (msg && (strstr(msg, "no such table") || strstr(msg, "no such column")))
+      return DBLOCK_ESCHEMA;
+    return DBLOCK_EDB;
+  default: return DBLOCK_EDB;
+  }
+}
+
+static int fail(dbl_conn *c, dbl_err *e) {
+  int ext = sqlite3_extended_errcode(c->db);
+  const char *msg = sqlite3_errmsg(c->db);
+  int code = classify(ext, msg);
+  char st[6];
+  snprintf(st, sizeof st, "%s", "");
+  if (code == DBLOCK_ECONN) c->broken = 1;
+  if (code == DBLOCK_ESCHEMA)
+    return dbl_err_set(e, code, st, ext, "%s (run `dblock migrate`)", msg);
+  return dbl_err_set(e, code, st, ext, "%s", msg);
+}
+
+static sqlite3_stmt *prepare(dbl_conn *c, const char *sql, dbl_err *e) {
+  cached *victim = &c->cache[0];
+  sqlite3_stmt *st = NULL;
+  for (int i = 0; i < LITE_CACHE; i++) {
+    cached *k = &c->cache[i];
+    if (k->sql && strcmp(k->sql, sql) == 0) {
+      k->used = ++c->tick;
+      return k->st;
+    }
+    if (!k->sql || k->used < victim->used) victim = k;
+  }
+  if (sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) !=
+      SQLITE_OK) {
+    fail(c, e);
+    return NULL;
+  }
+  if (victim->sql) {
+    sqlite3_finalize(victim->st);
+    free(victim->sql);
+  }
+  if (!(victim->sql = strdup(sql))) {
+    sqlite3_finalize(st);
+    victim->st = NULL;
+    dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+    return NULL;
+  }
+  victim->st = st;
+  victim->used = ++c->tick;
+  return st;
+}
+
+/* Steps st to the end, collecting rows into res (if any). */
+static int run(dbl_conn *c, sqlite3_stmt *st, dbl_res *res, dbl_err *e) {
+  int nc = sqlite3_column_count(st), cap = 0, nr = 0, rc;
+  char **vals = NULL;
+  size_t *lens = NULL;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (!res) continue;
+    if (nr == cap) {
+      int ncap = cap ? cap * 2 : 4;
+      char **nv = realloc(vals, sizeof *vals * (size_t)(ncap * nc));
+      size_t *nl;
+      if (!nv) goto nomem;
+      vals = nv;
+      nl = realloc(lens, sizeof *lens * (size_t)(ncap * nc));
+      if (!nl) goto nomem;
+      lens = nl;
+      cap = ncap;
+    }
+    for (int j = 0; j < nc; j++) {
+      const unsigned char *t = sqlite3_column_text(st, j);
+      int n = sqlite3_column_bytes(st, j);
+      char **slot = &vals[nr * nc + j];
+      lens[nr * nc + j] = t ? (size_t)n : 0;
+      *slot = NULL;
+      if (t) {
+        if (!(*slot = malloc((size_t)n + 1))) {
+          nr++;
+          goto nomem;
+        }
+        memcpy(*slot, t, (size_t)n);
+        (*slot)[n] = 0;
+      }
+    }
+    nr++;
+  }
+  if (rc != SQLITE_DONE) {
+    int code = fail(c, e);
+    sqlite3_reset(st);
+    for (int i = 0; i < nr * nc; i++) free(vals[i]);
+    free(vals);
+    free(lens);
+    return code;
+  }
+  if (res) {
+    res->nrows = nr;
+    res->ncols = nc;
+    res->vals = vals;
+    res->lens = lens;
+    res->affected = sqlite3_changes(c->db);
+  }
+  sqlite3_reset(st);
+  return 0;
+nomem:
+  sqlite3_reset(st);
+  for (int i = 0; i < nr * nc; i++) free(vals[i]);
+  free(vals);
+  free(lens);
+  return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+}
+
+static int lite_query(dbl_conn *c, const char *sql, const dbl_param *p, int np,
+                      dbl_res *res, dbl_err *e) {
+  sqlite3_stmt *st;
+  int rc;
+  if (res) memset(res, 0, sizeof *res);
+  if (!(st = prepare(c, sql, e))) return e->code;
+  sqlite3_clear_bindings(st);
+  for (int i = 0; i < np; i++) {
+    switch (p[i].type) {
+    case DBL_P_NULL: rc = sqlite3_bind_null(st, i + 1); break;
+    case DBL_P_I64: rc = sqlite3_bind_int64(st, i + 1, p[i].i); break;
+    default:
+      rc = sqlite3_bind_text(st, i + 1, p[i].s, (int)p[i].len, SQLITE_STATIC);
+      break;
+    }
+    if (rc != SQLITE_OK) return fail(c, e);
+  }
+  c->trips++;
+  rc = run(c, st, res, e);
+  sqlite3_clear_bindings(st);
+  return rc;
+}
+
+static int lite_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
+                         dbl_err *e) {
+  for (int i = 0; i < n; i++) {
+    int rc = lite_query(c, s[i].sql, s[i].params, s[i].nparams,
+                        i == n - 1 ? res : NULL, e);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int lite_script(dbl_conn *c, const char *sql, dbl_err *e) {
+  c->trips++;
+  if (sqlite3_exec(c->db, sql, NULL, NULL, NULL) != SQLITE_OK) return fail(c, e);
+  return 0;
+}
+
+/* Write transactions take the write lock up front (BEGIN IMMEDIATE): a
+ * deferred one that writes later can fail with SQLITE_BUSY_SNAPSHOT, which
+ * skips the busy handler. */
+static int lite_begin(dbl_conn *c, dbl_err *e) {
+  return lite_query(c, "BEGIN IMMEDIATE", NULL, 0, NULL, e);
+}
+static int lite_commit(dbl_conn *c, dbl_err *e) {
+  return lite_query(c, "COMMIT", NULL, 0, NULL, e);
+}
+static int lite_rollback(dbl_conn *c, dbl_err *e) {
+  if (sqlite3_get_autocommit(c->db)) return 0; /* nothing open */
+  return lite_query(c, "ROLLBACK", NULL, 0, NULL, e);
+}
+
+static int lite_now_us(dbl_conn *c, int64_t *out, dbl_err *e) {
+  (void)c;
+  (void)e;
+  *out = wall_us();
+  return 0;
+}
+
+static int lite_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
+  (void)e;
+  int eff = ms < 0 ? 0x7fffffff : ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+  if (c->lock_wait == eff) return 0;
+  sqlite3_busy_timeout(c->db, eff);
+  c->lock_wait = eff;
+  return 0;
+}
+
+static int lite_broken(dbl_conn *c) { return c->broken; }
+static uint64_t lite_trips(dbl_conn *c) { return c->trips; }
+
+static void lite_close(dbl_conn *c) {
+  if (!c) return;
+  for (int i = 0; i < LITE_CACHE; i++)
+    if (c->cache[i].sql) {
+      sqlite3_finalize(c->cache[i].st);
+      free(c->cache[i].sql);
+    }
+  sqlite3_close_v2(c->db);
+  free(c);
+}
+
+static int lite_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
+                        dbl_err *e) {
+  static const char *const sync_modes[] = {"off", "normal", "full", "extra"};
+  const char *sync = "full";
+  char pragma[96];
+  dbl_conn *c;
+  int rc;
+  (void)timeout_ms;
+  *out = NULL;
+  for (int i = 0; i < u->nparams; i++) {
+    int ok = 0;
+    if (strcmp(u->keys[i], "synchronous") != 0)
+      return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
+                         "unknown sqlite URL parameter '%s' (known: synchronous)",
+                         u->keys[i]);
+    for (size_t k = 0; k < 4; k++)
+      if (strcmp(u->vals[i], sync_modes[k]) == 0) sync = sync_modes[k], ok = 1;
+    if (!ok)
+      return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
+                         "bad synchronous=%s (off, normal, full, extra)",
+                         u->vals[i]);
+  }
+  if (!(c = calloc(1, sizeof *c)))
+    return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  c->lock_wait = -2;
+  rc = sqlite3_open_v2(u->path, &c->db,
+                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                           SQLITE_OPEN_NOMUTEX,
+                       NULL);
+  if (rc != SQLITE_OK) {
+    rc = c->db ? fail(c, e) : dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+    if (rc == DBLOCK_ECONN)
+      dbl_err_set(e, rc, "", e->native, "cannot open sqlite database '%s': %s",
+                  u->path, sqlite3_errmsg(c->db));
+    lite_close(c);
+    return rc;
+  }
+  sqlite3_extended_result_codes(c->db, 1);
+  sqlite3_busy_timeout(c->db, 5000);
+  /* sync is one of four fixed words, never caller text. */
+  snprintf(pragma, sizeof pragma, "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;",
+           sync);
+  if (sqlite3_create_function(c->db, "dblock_now_us", 0, SQLITE_UTF8, NULL,
+                              fn_now_us, NULL, NULL) != SQLITE_OK ||
+      sqlite3_exec(c->db, pragma, NULL, NULL, NULL) != SQLITE_OK) {
+    rc = fail(c, e);
+    if (rc == DBLOCK_EDB || rc == DBLOCK_ECONN)
+      dbl_err_set(e, DBLOCK_ECONN, "", e->native,
+                  "cannot use sqlite database '%s': %s", u->path, e->msg);
+    lite_close(c);
+    return e->code;
+  }
+  *out = c;
+  return 0;
+}
+
+/* Transactions are opened explicitly (pipelined BEGIN / in-process), so
+ * autocommit never needs changing here. */
+static int lite_set_autocommit(dbl_conn *c, int on, dbl_err *e) {
+  (void)c;
+  (void)on;
+  (void)e;
+  return 0;
+}
+
+const dbl_driver dbl_driver_sqlite = {
+    .version = DBL_DRIVER_VERSION,
+    .name = "sqlite",
+    .dialect = DBL_LITE,
+    .connect = lite_connect,
+    .close = lite_close,
+    .query = lite_query,
+    .pipeline = lite_pipeline,
+    .script = lite_script,
+    .begin = lite_begin,
+    .commit = lite_commit,
+    .rollback = lite_rollback,
+    .now_us = lite_now_us,
+    .broken = lite_broken,
+    .round_trips = lite_trips,
+    .set_lock_wait = lite_set_lock_wait,
+    .set_autocommit = lite_set_autocommit,
+};

@@ -1,0 +1,66 @@
+/*
+ * strategy.h — the interface of a locking strategy.
+ *
+ * A strategy is written against the driver interface only: it gets a
+ * connection, the owner identity and the lock's state in a dbl_op, and
+ * speaks SQL (per dialect) through op->drv. It never includes a backend's
+ * client header, and it never sees the client structure.
+ */
+#ifndef DBLOCK_STRATEGY_H
+#define DBLOCK_STRATEGY_H
+
+#include <stdint.h>
+
+#include "../drivers/driver.h"
+
+/* The state of one grant, in and out of a strategy call. */
+typedef struct dbl_grant {
+  int64_t fence;
+  int holds;          /* this owner's hold count on the row */
+  int64_t expires_us; /* server clock; 0 = no lease */
+  int64_t version;    /* row version after our last change */
+} dbl_grant;
+
+typedef struct dbl_op {
+  const dbl_driver *drv;
+  dbl_conn *conn;
+  int64_t fence_base; /* add to the sequence value: server epoch << 40 */
+  int64_t clock_offset_us; /* server clock minus local clock, at connect */
+  /* ${table}/${schema}-expanded SQL for a template (cached, never NULL
+   * unless out of memory). */
+  const char *(*sql)(struct dbl_op *op, const char *tmpl);
+  void *sql_arg;
+  const char *name;
+  size_t name_len;
+  const char *host, *token;
+  int64_t pid, thread;
+  int64_t lease_ms;
+  /* The grant: in for reentrant / release / renew calls, out after a
+   * successful call. */
+  dbl_grant g;
+  int reentrant;          /* this owner already holds the name */
+  int first_attempt;      /* first try of this acquire call */
+  int64_t version_hint;   /* optimistic: last known row version, -1 = none */
+  dbl_err *e;
+} dbl_op;
+
+typedef struct dbl_strategy {
+  const char *name;
+  dblock_strategy id;
+  int pins_connection; /* the lock lives in a transaction on one connection */
+  int has_lease;
+  /* One attempt. 0 = granted (op->h filled), DBLOCK_EBUSY = held by
+   * another owner, DBLOCK_EMISMATCH, or an error. wait_ms is only used by
+   * strategies that wait in the server (polling ones get 0). */
+  int (*acquire)(dbl_op *op, int64_t wait_ms);
+  /* Releases one hold (final: the last one). 0, DBLOCK_ELOST, or error. */
+  int (*release)(dbl_op *op, int final);
+  /* Extends the lease (or checks the session). 0, DBLOCK_ELOST, or error. */
+  int (*renew)(dbl_op *op);
+} dbl_strategy;
+
+extern const dbl_strategy dbl_strategy_insert;
+extern const dbl_strategy dbl_strategy_for_update;
+extern const dbl_strategy dbl_strategy_optimistic;
+
+#endif
