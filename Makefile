@@ -95,8 +95,14 @@ $(B)/dblock: src/tools/dblock.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a
 	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 $(B)/dblock-reaper: src/tools/dblock_reaper.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a
 	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock_reaper.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
-$(B)/dblock-bank: src/tools/dblock_bank.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a $(wildcard sql/*/*.sql)
-	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock_bank.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
+$(B)/bank_sql.c: $(wildcard sql/*/bank.sql) tools/embed-sql.sh
+	@mkdir -p $(B)
+	sh tools/embed-sql.sh sql > $@.tmp && mv $@.tmp $@
+# The demo also talks to its own account table through the client
+# libraries, as an application would.
+$(B)/dblock-bank: src/tools/dblock_bank.c src/tools/cli.h src/tools/cli.c $(B)/bank_sql.c $(B)/libdblock.a
+	$(CC) $(PROG_CFLAGS) $(PG_CFLAGS) $(MY_CFLAGS) -o $@ src/tools/dblock_bank.c src/tools/cli.c \
+	  $(B)/bank_sql.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 
 # Tests may also include the driver interface (test_driver exercises it
 # directly); everything else goes through dblock.h.
@@ -125,7 +131,7 @@ $(B)/.header-ok: include/dblock.h
 demo:
 	@sh tests/install-deps.sh --demo
 	@$(MAKE) --no-print-directory $(B)/dblock-bank
-	@sh tools/demo.sh $(B)/dblock-bank
+	@$(B)/dblock-bank
 
 check:
 	@sh tests/install-deps.sh

@@ -1,0 +1,9 @@
+-- dblock-bank demo: one account. last_fence is the newest fencing token
+-- the account accepted; a write carrying an older token is refused.
+DROP TABLE IF EXISTS dblock_bank_account;
+CREATE TABLE dblock_bank_account (
+  id          INTEGER PRIMARY KEY,
+  balance     INTEGER NOT NULL,
+  last_fence  INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO dblock_bank_account (id, balance) VALUES (1, 200);

@@ -1,0 +1,50 @@
+/*
+ * cli.h — what the dblock programs share: exit codes, duration parsing, and
+ * error printing. Uses only the public header.
+ */
+#ifndef DBLOCK_CLI_H
+#define DBLOCK_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dblock.h"
+
+/* Exit codes of every dblock program (documented in README and --help). */
+enum {
+  CLI_OK = 0,
+  CLI_DBERR = 1,   /* database / connection / schema / permission error */
+  CLI_USAGE = 2,   /* bad usage: unknown option, bad argument */
+  CLI_BUSY = 3,    /* lock busy (try once) or wait timed out; -E changes it */
+  CLI_LOST = 4,    /* the lock was lost while held */
+  CLI_ANOMALY = 5, /* dblock-bank: a locked run showed an anomaly */
+};
+
+/* Parses a duration: a number with an optional unit ms, s, m, h (default
+ * unit: seconds), e.g. "250ms", "30s", "5m", "1.5s"; "forever" or "-1"
+ * gives -1. Returns 0 and *out_ms, or -1 on a malformed value. */
+int cli_duration(const char *text, int64_t *out_ms);
+
+/* The URL to use: the --url value, else $DBLOCK_URL, else NULL. */
+const char *cli_url(const char *flag_value);
+
+/* Prints "prog: what: <last error message>" to stderr and returns the
+ * exit code for code (CLI_BUSY for busy/timeout, CLI_LOST for lost,
+ * CLI_USAGE for EINVAL, CLI_DBERR otherwise). */
+int cli_report(const char *prog, const char *what, dblock_client *client, int code);
+
+/* Maps a dblock status code to an exit code, as cli_report does. */
+int cli_exit_code(int code);
+
+/* Writes s to f as a JSON string literal (with the quotes): escapes '"',
+ * '\\' and control characters; bytes that are not valid UTF-8 become
+ * U+FFFD, so the output is always valid JSON. NULL writes null. */
+void cli_json_str(FILE *f, const char *s);
+
+/* Formats µs since the epoch as ISO-8601 UTC, e.g.
+ * "2024-05-01T12:00:00.123456Z" (digits = 6) or "...:00.123Z" (digits = 3)
+ * or without fraction (digits = 0). 0 gives "". Returns buf. */
+char *cli_iso8601(char *buf, size_t size, int64_t us, int digits);
+
+#endif
