@@ -1,0 +1,77 @@
+#include "testutil.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const tu_backend *tu_backends(int *count) {
+  static tu_backend b[3];
+  static char lite[256];
+  if (!b[0].name) {
+    const char *dir = getenv("DBLOCK_TEST_TMP");
+    snprintf(lite, sizeof lite, "sqlite://%s/dblock-test-%d.db", dir ? dir : "/tmp",
+             (int)getpid());
+    b[0] = (tu_backend){"sqlite", lite};
+    b[1] = (tu_backend){"postgres", getenv("DBLOCK_TEST_PG_URL")};
+    b[2] = (tu_backend){"mysql", getenv("DBLOCK_TEST_MY_URL")};
+    for (int i = 1; i < 3; i++)
+      if (!b[i].url) {
+        fprintf(stderr, "testutil: %s URL missing: run the tests through "
+                        "tests/with-servers.sh (make check)\n", b[i].name);
+        exit(1);
+      }
+  }
+  *count = 3;
+  return b;
+}
+
+const char *tu_errmsg(dblock_client *c) {
+  static _Thread_local dblock_error_info ei;
+  if (c) dblock_client_last_error(c, &ei);
+  else dblock_last_error(&ei);
+  return ei.message;
+}
+
+dblock_client *tu_open_opts(const char *url, const dblock_options *o) {
+  dblock_client *c = NULL;
+  int rc = dblock_client_open(&c, url, o);
+  if (rc != 0) fail_msg("dblock_client_open(%s): %d %s", url, rc, tu_errmsg(NULL));
+  return c;
+}
+
+dblock_client *tu_open(const char *url, dblock_strategy s, const char *table,
+                       int64_t lease_ms) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  o.strategy = s;
+  o.table = table;
+  o.lease_ms = lease_ms;
+  return tu_open_opts(url, &o);
+}
+
+void tu_migrate(dblock_client *c) {
+  int rc = dblock_migrate(c, NULL);
+  if (rc != 0) fail_msg("dblock_migrate: %d %s", rc, tu_errmsg(c));
+}
+
+int64_t tu_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void tu_sleep_ms(int64_t ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+const char *tu_name(const char *prefix) {
+  static _Thread_local char buf[128];
+  static int n;
+  snprintf(buf, sizeof buf, "%s-%d-%d-%lld", prefix, (int)getpid(), ++n,
+           (long long)tu_now_ms());
+  return buf;
+}

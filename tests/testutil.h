@@ -1,0 +1,45 @@
+/*
+ * testutil.h — shared helpers for the cmocka suites: which backends to run
+ * against (real servers started by tests/with-servers.sh, a temp SQLite
+ * file), opening clients, timing.
+ */
+#ifndef DBLOCK_TESTUTIL_H
+#define DBLOCK_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka.h needs the headers above first. */
+#include <cmocka.h>
+
+#include "dblock.h"
+
+typedef struct tu_backend {
+  const char *name; /* "sqlite", "postgres", "mysql" */
+  const char *url;  /* NULL when the server URL is not in the environment */
+} tu_backend;
+
+/* The three backends: SQLite on a temp file of this process, PostgreSQL
+ * from DBLOCK_TEST_PG_URL, MariaDB from DBLOCK_TEST_MY_URL. A missing server
+ * URL makes tu_backends() fail the run (never a silent skip). */
+const tu_backend *tu_backends(int *count);
+
+/* Opens a client on url with strategy and table (NULL = default), lease in
+ * ms (0 = default); fails the test on error. */
+dblock_client *tu_open(const char *url, dblock_strategy s, const char *table,
+                       int64_t lease_ms);
+/* Same with full options. */
+dblock_client *tu_open_opts(const char *url, const dblock_options *o);
+/* Migrates, failing the test on error. */
+void tu_migrate(dblock_client *c);
+
+int64_t tu_now_ms(void);
+void tu_sleep_ms(int64_t ms);
+/* A name unique to this process and call, with a prefix. */
+const char *tu_name(const char *prefix);
+
+/* The message of the last error on c (or of the thread when c is NULL). */
+const char *tu_errmsg(dblock_client *c);
+
+#endif
