@@ -80,10 +80,12 @@ static int probe_for_update(dblock_client *cl, dbl_conn *c, dblock_lock_info *o,
     cl->drv->set_lock_wait(c, 5000, e);
     if (rc == 0) {
       o->held = 0;
-      return cl->drv->rollback(c, e);
+      if ((rc = cl->drv->rollback(c, e)) != 0) return rc;
+    } else if (rc != DBLOCK_EBUSY) {
+      return rc;
+    } else {
+      o->held = 1;
     }
-    if (rc != DBLOCK_EBUSY) return rc;
-    o->held = 1;
   } else {
     if ((rc = cl->drv->query(c, dbl_sql(cl, pick(cl, PG_PROBE, MY_PROBE, NULL)), &p, 1,
                              &r, e)) != 0)
@@ -250,6 +252,11 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
   if (batch == 0) batch = 1000;
   memset(&e, 0, sizeof e);
   if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  /* A batch may wait briefly for a row that a holder is renewing. */
+  if ((rc = cl->drv->set_lock_wait(pc->c, 5000, &e)) != 0) {
+    dbl_pool_put(cl, pc);
+    return dbl_fail(cl, &e);
+  }
   for (;;) {
     int n = 0;
     p[n++] = DBL_I64(grace_ms * 1000);

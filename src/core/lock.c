@@ -98,6 +98,13 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
   int rc, pins = cl->strat->pins_connection;
   int64_t sent;
   if ((rc = dbl_pool_get(cl, &pc, pins, e)) != 0) return rc;
+  /* Polling strategies never mean to wait in the server; a row lock held
+   * by a for_update transaction on the same name (mixing strategies) must
+   * not block them for long. Only sent once per connection. */
+  if (!pins && (rc = cl->drv->set_lock_wait(pc->c, 1000, e)) != 0) {
+    dbl_pool_put(cl, pc);
+    return rc;
+  }
   dbl_op_init(&op, cl, pc, h, e);
   op.reentrant = reentrant;
   op.first_attempt = first;
@@ -341,11 +348,16 @@ int dblock_lock_release(dblock_lock *l) {
   if (!h->lost && rc == 0) h->holds--;
   unclaim(cl, h);
   if (h->handles <= 0 || (!h->lost && h->holds <= 0)) {
-    if (h->pinned) dbl_pool_discard(cl, h->pinned);
+    /* A lost for_update lock still pins its (dead) connection: close it,
+     * outside the mutex (closing takes it). */
+    pc = h->pinned;
     h->pinned = NULL;
     if (h->handles <= 0) drop_held(cl, h);
+  } else {
+    pc = NULL;
   }
   pthread_mutex_unlock(&cl->mu);
+  if (pc) dbl_pool_discard(cl, pc);
   free(l);
   if (rc == DBLOCK_ELOST)
     return dbl_failf(cl, rc, "lock was lost before release (expired and taken over, "

@@ -166,6 +166,8 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
       if (!pc) return dbl_fail(cl, &e);
     }
   }
+  /* DDL and the migration lock may wait (for another migrator). */
+  if ((rc = cl->drv->set_lock_wait(pc->c, -1, &e)) != 0) goto out;
   if ((rc = lock_migrations(cl, pc->c, &e)) != 0) goto out;
   if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_TRACK, MY_TRACK, LITE_TRACK)),
                            NULL, 0, NULL, &e)) != 0)

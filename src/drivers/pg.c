@@ -44,7 +44,8 @@ static int classify(const char *st) {
 /* Fills e from a failed result (or from the connection when r is NULL). */
 static int fail_res(dbl_conn *c, PGresult *r, dbl_err *e) {
   const char *st = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
-  const char *msg = r ? PQresultErrorMessage(r) : NULL;
+  /* The primary message only: the full text repeats the statement. */
+  const char *msg = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
   int code;
   if (!msg || !*msg) msg = PQerrorMessage(c->pg);
   if (PQstatus(c->pg) == CONNECTION_BAD) code = DBLOCK_ECONN;

@@ -1,0 +1,611 @@
+/*
+ * test_conformance.c — the lock contract of DESIGN §4, one suite run for
+ * each of the 9 backend x strategy pairs (groups named
+ * conformance/<backend>/<strategy>). Where a clause means something
+ * different for for_update (no lease), the test asserts what for_update
+ * promises instead, and says so.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static struct {
+  const char *backend, *url;
+  dblock_strategy strategy;
+  const char *table; /* one table per strategy: names are reused below */
+} cur;
+
+static int leased(void) { return cur.strategy != DBLOCK_STRATEGY_FOR_UPDATE; }
+static int is(const char *backend) { return strcmp(cur.backend, backend) == 0; }
+
+static dblock_client *cli(int64_t lease_ms) {
+  return tu_open(cur.url, cur.strategy, cur.table, lease_ms);
+}
+
+static dblock_lock *must_acquire(dblock_client *c, const char *name, int64_t wait,
+                                 int64_t lease) {
+  dblock_lock *l = NULL;
+  int rc = dblock_lock_acquire(&l, c, name, wait, lease);
+  if (rc != 0) fail_msg("acquire '%s': %d %s", name, rc, tu_errmsg(c));
+  return l;
+}
+
+static int try_acquire(dblock_client *c, const char *name) {
+  dblock_lock *l = NULL;
+  int rc = dblock_lock_acquire(&l, c, name, 0, 0);
+  if (rc == 0) dblock_lock_release(l);
+  return rc;
+}
+
+static void must_release(dblock_lock *l) {
+  dblock_client *dummy = NULL;
+  int rc = dblock_lock_release(l);
+  if (rc != 0) fail_msg("release: %d %s", rc, tu_errmsg(dummy));
+}
+
+/* Clause 1: exclusion. */
+static void test_exclusion(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("excl");
+  dblock_lock *l = must_acquire(a, name, 0, 0);
+  (void)s;
+  assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  must_release(l);
+  assert_int_equal(try_acquire(b, name), 0);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Clause 2: a lease expires by the server clock: not before, and then the
+ * name can be taken over. for_update has no lease: it is held until
+ * released, however long. */
+static void test_expiry_by_server_time(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("expiry");
+  dblock_lock *l = must_acquire(a, name, 0, 1000), *lb;
+  int64_t t0 = tu_now_ms();
+  (void)s;
+  tu_sleep_ms(600);
+  assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  tu_sleep_ms(1300 - (tu_now_ms() - t0));
+  if (leased()) {
+    lb = must_acquire(b, name, 0, 0);
+    assert_true(dblock_lock_fence(lb) > dblock_lock_fence(l));
+    must_release(lb);
+    assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  } else {
+    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    must_release(l);
+    assert_int_equal(try_acquire(b, name), 0);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Clause 3: reentrancy: two acquires need two releases. */
+static void test_reentrancy(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("reent");
+  dblock_lock *l1 = must_acquire(a, name, 0, 0), *l2 = must_acquire(a, name, 0, 0);
+  dblock_lock_info info;
+  (void)s;
+  assert_int_equal(dblock_lock_hold_count(l2), 2);
+  assert_int_equal(dblock_lock_fence(l1), dblock_lock_fence(l2));
+  if (leased()) {
+    assert_int_equal(dblock_lock_inspect(&info, b, name), 0);
+    assert_int_equal(info.hold_count, 2);
+  }
+  must_release(l2);
+  assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  must_release(l1);
+  assert_int_equal(try_acquire(b, name), 0);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Clause 3: with reentrancy off a second acquire fails at once. */
+static void test_non_reentrant_errors_at_once(void **s) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *a;
+  dblock_lock *l, *l2 = NULL;
+  const char *name = tu_name("nonreent");
+  int64_t t0;
+  (void)s;
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.non_reentrant = 1;
+  a = tu_open_opts(cur.url, &o);
+  l = must_acquire(a, name, 0, 0);
+  t0 = tu_now_ms();
+  assert_int_equal(dblock_lock_acquire(&l2, a, name, -1, 0), DBLOCK_EDEADLK);
+  assert_true(tu_now_ms() - t0 < 100);
+  assert_non_null(strstr(tu_errmsg(a), "non-reentrant"));
+  must_release(l);
+  dblock_client_free(a);
+}
+
+/* Clause 4: a release never frees someone else's lock. Leased: after a
+ * takeover the old holder's release says lost and the new holder keeps
+ * the name. for_update cannot be taken over; its release ends only its
+ * own transaction, which the second client proves by still being able to
+ * hold and keep the name after the first one's release. */
+static void test_owner_checked_release(void **s) {
+  dblock_client *a = cli(0), *b = cli(0), *c = cli(0);
+  const char *name = tu_name("owner");
+  dblock_lock *la = must_acquire(a, name, 0, leased() ? 300 : 0), *lb;
+  (void)s;
+  if (leased()) {
+    tu_sleep_ms(500);
+    lb = must_acquire(b, name, 0, 0);
+    assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
+    assert_non_null(strstr(tu_errmsg(a), "lost"));
+    assert_int_equal(try_acquire(c, name), DBLOCK_EBUSY);
+  } else {
+    must_release(la);
+    lb = must_acquire(b, name, 0, 0);
+    assert_int_equal(try_acquire(a, name), DBLOCK_EBUSY);
+    assert_int_equal(try_acquire(c, name), DBLOCK_EBUSY);
+  }
+  must_release(lb);
+  assert_int_equal(try_acquire(c, name), 0);
+  dblock_client_free(a);
+  dblock_client_free(b);
+  dblock_client_free(c);
+}
+
+/* Clause 5: tokens strictly increase over consecutive grants and after a
+ * takeover. */
+static void test_fence_increasing(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("fence");
+  int64_t last = 0;
+  (void)s;
+  for (int i = 0; i < 5; i++) {
+    dblock_lock *l = must_acquire(i % 2 ? a : b, name, 0, 0);
+    assert_true(dblock_lock_fence(l) > last);
+    last = dblock_lock_fence(l);
+    must_release(l);
+  }
+  if (leased()) {
+    dblock_lock *la = must_acquire(a, name, 0, 200), *lb;
+    tu_sleep_ms(350);
+    lb = must_acquire(b, name, 0, 0);
+    assert_true(dblock_lock_fence(lb) > dblock_lock_fence(la));
+    must_release(lb);
+    dblock_lock_release(la);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Clause 5 across a row deleted by the reaper. for_update rows have no
+ * lease: the reaper must leave a held one alone. */
+static void test_fence_after_reap(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("reap");
+  dblock_lock *l = must_acquire(a, name, 0, 200), *l2;
+  int64_t deleted = 0, before = dblock_lock_fence(l);
+  dblock_lock_info info;
+  (void)s;
+  if (leased()) {
+    tu_sleep_ms(350);
+    assert_int_equal(dblock_reap(b, 0, 100, &deleted), 0);
+    assert_true(deleted >= 1);
+    assert_int_equal(dblock_lock_inspect(&info, b, name), DBLOCK_ENOTHELD);
+    l2 = must_acquire(b, name, 0, 0);
+    assert_true(dblock_lock_fence(l2) > before);
+    must_release(l2);
+    assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  } else {
+    int rc;
+    tu_sleep_ms(350);
+    /* On SQLite the held for_update transaction owns the file's write
+     * lock, so the reaper cannot even start: busy, and nothing freed. */
+    rc = dblock_reap(b, 0, 100, &deleted);
+    if (is("sqlite")) assert_true(rc == 0 || rc == DBLOCK_EBUSY);
+    else assert_int_equal(rc, 0);
+    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    must_release(l);
+    l2 = must_acquire(b, name, 0, 0);
+    assert_true(dblock_lock_fence(l2) > before);
+    must_release(l2);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Clause 5 after the holder process dies with SIGKILL; also the crash
+ * rule: for_update frees the name within 2 s, a lease only when it ends. */
+static void test_holder_killed(void **s) {
+  const char *name = tu_name("killed");
+  int fds[2];
+  int64_t child_fence = 0, t_kill, t_free;
+  pid_t pid;
+  dblock_client *b;
+  dblock_lock *l;
+  (void)s;
+  assert_int_equal(pipe(fds), 0);
+  if ((pid = fork()) == 0) {
+    dblock_client *a = NULL;
+    dblock_options o = DBLOCK_OPTIONS_INIT;
+    dblock_lock *la = NULL;
+    int64_t f;
+    o.strategy = cur.strategy;
+    o.table = cur.table;
+    o.lease_ms = 1500;
+    if (dblock_client_open(&a, cur.url, &o) || dblock_lock_acquire(&la, a, name, 0, 0)) _exit(1);
+    f = dblock_lock_fence(la);
+    if (write(fds[1], &f, sizeof f) != sizeof f) _exit(1);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  assert_int_equal(read(fds[0], &child_fence, sizeof child_fence), (ssize_t)sizeof child_fence);
+  close(fds[0]);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  t_kill = tu_now_ms();
+  b = cli(0);
+  if (leased()) assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  l = must_acquire(b, name, 5000, 0);
+  t_free = tu_now_ms() - t_kill;
+  if (leased()) assert_true(t_free >= 900); /* the lease had ~1.5 s left */
+  else if (t_free > 2000) fail_msg("for_update freed only after %lld ms", (long long)t_free);
+  assert_true(dblock_lock_fence(l) > child_fence);
+  must_release(l);
+  dblock_client_free(b);
+}
+
+/* Clause 6: try, timed (returns within 50 ms of its deadline) and
+ * blocking waits. */
+typedef struct waiter {
+  dblock_client *c;
+  const char *name;
+  int rc;
+  int64_t got_at;
+} waiter;
+
+static void *blocking_waiter(void *arg) {
+  waiter *w = arg;
+  dblock_lock *l = NULL;
+  w->rc = dblock_lock_acquire(&l, w->c, w->name, -1, 0);
+  w->got_at = tu_now_ms();
+  if (w->rc == 0) dblock_lock_release(l);
+  return NULL;
+}
+
+static void test_try_timed_blocking(void **s) {
+  dblock_client *a = cli(0), *b = cli(0), *c = cli(0);
+  char name[128];
+  dblock_lock *l, *lb = NULL;
+  int64_t t0, el;
+  pthread_t th;
+  waiter w;
+  (void)s;
+  snprintf(name, sizeof name, "%s", tu_name("wait"));
+  l = must_acquire(a, name, 0, 0);
+  t0 = tu_now_ms();
+  assert_int_equal(dblock_lock_acquire(&lb, b, name, 0, 0), DBLOCK_EBUSY);
+  assert_true(tu_now_ms() - t0 < 500);
+  t0 = tu_now_ms();
+  assert_int_equal(dblock_lock_acquire(&lb, b, name, 300, 0), DBLOCK_ETIMEOUT);
+  el = tu_now_ms() - t0;
+  if (el < 300 || el > 350) fail_msg("timed wait of 300 ms took %lld ms", (long long)el);
+  w = (waiter){c, name, -99, 0};
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
+  tu_sleep_ms(200);
+  t0 = tu_now_ms();
+  must_release(l);
+  pthread_join(th, NULL);
+  assert_int_equal(w.rc, 0);
+  assert_true(w.got_at - t0 < 1000);
+  dblock_client_free(a);
+  dblock_client_free(b);
+  dblock_client_free(c);
+}
+
+/* Clause 7: the watchdog keeps a lock alive for 3x its lease. */
+static void test_watchdog_keeps_lock(void **s) {
+  dblock_client *a = cli(600), *b = cli(600);
+  const char *name = tu_name("watchdog");
+  dblock_lock *l = must_acquire(a, name, 0, 0);
+  (void)s;
+  tu_sleep_ms(1800);
+  assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  assert_int_equal(dblock_lock_is_lost(l), 0);
+  must_release(l);
+  assert_int_equal(try_acquire(b, name), 0);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+typedef struct lost_note {
+  pthread_mutex_t mu;
+  int calls;
+  int64_t fence;
+} lost_note;
+
+static void on_lost(const char *name, int64_t fence, int reason, void *arg) {
+  lost_note *n = arg;
+  (void)name;
+  (void)reason;
+  pthread_mutex_lock(&n->mu);
+  n->calls++;
+  n->fence = fence;
+  pthread_mutex_unlock(&n->mu);
+}
+
+static int lost_calls(lost_note *n) {
+  int c;
+  pthread_mutex_lock(&n->mu);
+  c = n->calls;
+  pthread_mutex_unlock(&n->mu);
+  return c;
+}
+
+/* Clause 7: force-unlock while held: the watchdog notices, the callback
+ * fires, the handle says lost. Forcing a held for_update lock ends the
+ * holder's session, which only PostgreSQL allows (refused elsewhere). */
+static void test_lost_callback_on_force_unlock(void **s) {
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *a, *b = cli(0);
+  const char *name = tu_name("forced");
+  dblock_lock *l;
+  int64_t nf = 0, t0;
+  int rc;
+  (void)s;
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.lease_ms = 600;
+  o.on_lost = on_lost;
+  o.on_lost_arg = &note;
+  note.calls = 0;
+  a = tu_open_opts(cur.url, &o);
+  l = must_acquire(a, name, 0, 0);
+  rc = dblock_force_unlock(b, name, &nf);
+  if (!leased() && !is("postgres")) {
+    assert_int_equal(rc, DBLOCK_EUNSUPPORTED);
+    must_release(l);
+  } else {
+    if (rc != 0) fail_msg("force-unlock: %d %s", rc, tu_errmsg(b));
+    t0 = tu_now_ms();
+    while (lost_calls(&note) == 0 && tu_now_ms() - t0 < 3000) tu_sleep_ms(20);
+    assert_int_equal(lost_calls(&note), 1);
+    assert_int_equal(note.fence, dblock_lock_fence(l));
+    assert_int_equal(dblock_lock_is_lost(l), 1);
+    assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Clause 7: stolen after expiry: the holder's next call says lost and the
+ * callback fires. for_update cannot expire: it is still held. */
+static void test_lost_after_expiry_takeover(void **s) {
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *a, *b = cli(0);
+  const char *name = tu_name("stolen");
+  dblock_lock *l, *lb;
+  (void)s;
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.on_lost = on_lost;
+  o.on_lost_arg = &note;
+  note.calls = 0;
+  a = tu_open_opts(cur.url, &o);
+  l = must_acquire(a, name, 0, 300); /* explicit lease: no watchdog */
+  tu_sleep_ms(450);
+  if (leased()) {
+    lb = must_acquire(b, name, 0, 0);
+    assert_int_equal(dblock_lock_renew(l), DBLOCK_ELOST);
+    assert_int_equal(lost_calls(&note), 1);
+    assert_int_equal(dblock_lock_is_lost(l), 1);
+    must_release(lb);
+    assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  } else {
+    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    assert_int_equal(dblock_lock_renew(l), 0);
+    must_release(l);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Introspection shows the true holder. A held for_update lock is found by
+ * its row lock; who holds it is inside the holder's open transaction, which
+ * other sessions cannot read, so only "held" is asserted there. */
+static void test_introspection(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("inspect");
+  dblock_lock *l = must_acquire(a, name, 0, 0);
+  dblock_lock_info info;
+  char host[256];
+  (void)s;
+  assert_int_equal(dblock_lock_inspect(&info, b, name), 0);
+  assert_string_equal(info.name, name);
+  assert_int_equal(info.held, 1);
+  if (leased()) {
+    gethostname(host, sizeof host);
+    assert_string_equal(info.owner_host, host);
+    assert_int_equal(info.owner_pid, getpid());
+    assert_true(info.owner_thread > 0);
+    assert_int_equal(info.fence, dblock_lock_fence(l));
+    assert_int_equal(info.hold_count, 1);
+    assert_true(info.expires_at_us > info.acquired_at_us);
+  }
+  must_release(l);
+  if (dblock_lock_inspect(&info, b, name) == 0) assert_int_equal(info.held, 0);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Force-unlock frees the name and advances its token. */
+static void test_force_unlock_frees_and_bumps(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("force");
+  dblock_lock *l = must_acquire(a, name, 0, 0), *lb;
+  int64_t nf = 0;
+  int rc;
+  (void)s;
+  rc = dblock_force_unlock(b, name, &nf);
+  if (!leased() && !is("postgres")) {
+    assert_int_equal(rc, DBLOCK_EUNSUPPORTED);
+    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    must_release(l);
+  } else {
+    if (rc != 0) fail_msg("force-unlock: %d %s", rc, tu_errmsg(b));
+    assert_true(nf > dblock_lock_fence(l));
+    lb = must_acquire(b, name, 2000, 0);
+    assert_true(dblock_lock_fence(lb) > nf);
+    must_release(lb);
+    assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  }
+  assert_int_equal(dblock_force_unlock(b, tu_name("nobody"), NULL), DBLOCK_ENOTHELD);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Clause 9: another strategy on a held name never also gets it: it is
+ * refused (mismatch) or told busy. insert and optimistic share the lease
+ * contract, so between them the name is simply exclusive. */
+static void test_mixing_strategies(void **s) {
+  static const dblock_strategy all[] = {DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE,
+                                        DBLOCK_STRATEGY_OPTIMISTIC};
+  dblock_client *a = cli(0);
+  const char *name = tu_name("mix");
+  char keep[128];
+  dblock_lock *l;
+  (void)s;
+  snprintf(keep, sizeof keep, "%s", name);
+  l = must_acquire(a, keep, 0, 0);
+  for (size_t i = 0; i < 3; i++) {
+    dblock_client *b;
+    int rc;
+    if (all[i] == cur.strategy) continue;
+    b = tu_open(cur.url, all[i], cur.table, 0);
+    rc = try_acquire(b, keep);
+    if (rc != DBLOCK_EBUSY && rc != DBLOCK_EMISMATCH)
+      fail_msg("%s on a name held by %s: rc %d (%s)", dblock_strategy_name(all[i]),
+               dblock_strategy_name(cur.strategy), rc, tu_errmsg(b));
+    if (rc == DBLOCK_EMISMATCH) assert_non_null(strstr(tu_errmsg(b), "strategy"));
+    dblock_client_free(b);
+  }
+  must_release(l);
+  dblock_client_free(a);
+}
+
+/* In the uncontended case acquire is one round trip and release one
+ * (PostgreSQL and MariaDB; counted at the driver). */
+static void test_round_trips(void **s) {
+  dblock_client *a = cli(0);
+  const char *name = tu_name("rt");
+  (void)s;
+  for (int i = 0; i < 3; i++) { /* warm: prepared statements, row, epoch */
+    dblock_lock *l = must_acquire(a, name, 0, 0);
+    must_release(l);
+  }
+  for (int i = 0; i < 5; i++) {
+    uint64_t t0 = dblock_client_round_trips(a), t1, t2;
+    dblock_lock *l = must_acquire(a, name, 0, 0);
+    t1 = dblock_client_round_trips(a);
+    must_release(l);
+    t2 = dblock_client_round_trips(a);
+    if (!is("sqlite")) {
+      if (t1 - t0 != 1 || t2 - t1 != 1)
+        fail_msg("acquire %llu, release %llu round trips", (unsigned long long)(t1 - t0),
+                 (unsigned long long)(t2 - t1));
+    } else {
+      /* In-process: for_update is BEGIN IMMEDIATE + UPDATE. */
+      assert_true(t1 - t0 <= 2 && t2 - t1 == 1);
+    }
+  }
+  dblock_client_free(a);
+}
+
+/* Bad names are refused with a clear error; odd but valid names are kept
+ * as their exact bytes and never collide. */
+static void test_hostile_names(void **s) {
+  static const char *const odd[] = {"it's", "say \"hi\"", "back`tick", "back\\slash",
+                                    "100%", "a_b", "ümlaut-名前", "a", "a ", "A", "'; DROP TABLE x; --"};
+  dblock_client *a = cli(0), *b = cli(0);
+  dblock_lock *held[16], *l = NULL;
+  char big[300], bad_utf8[] = {'x', (char)0xc3, (char)0x28, 0};
+  dblock_lock_info info;
+  size_t n = sizeof odd / sizeof odd[0];
+  (void)s;
+  memset(big, 'n', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  assert_int_equal(dblock_lock_acquire(&l, a, "", 0, 0), DBLOCK_EINVAL);
+  assert_non_null(strstr(tu_errmsg(a), "empty"));
+  assert_int_equal(dblock_lock_acquire(&l, a, big, 0, 0), DBLOCK_EINVAL);
+  assert_non_null(strstr(tu_errmsg(a), "limit"));
+  assert_int_equal(dblock_lock_acquire(&l, a, bad_utf8, 0, 0), DBLOCK_EINVAL);
+  assert_non_null(strstr(tu_errmsg(a), "UTF-8"));
+  assert_int_equal(dblock_lock_acquire(&l, a, NULL, 0, 0), DBLOCK_EINVAL);
+  for (size_t i = 0; i < n; i++) held[i] = must_acquire(a, odd[i], 0, 0);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(try_acquire(b, odd[i]), DBLOCK_EBUSY);
+    assert_int_equal(dblock_lock_inspect(&info, b, odd[i]), 0);
+    assert_string_equal(info.name, odd[i]);
+    assert_int_equal(info.held, 1);
+  }
+  for (size_t i = 0; i < n; i++) must_release(held[i]);
+  for (size_t i = 0; i < n; i++) assert_int_equal(try_acquire(b, odd[i]), 0);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+static int group_setup(void **state) {
+  dblock_client *c = tu_open(cur.url, cur.strategy, cur.table, 0);
+  (void)state;
+  tu_migrate(c);
+  dblock_client_free(c);
+  return 0;
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_exclusion),
+      cmocka_unit_test(test_expiry_by_server_time),
+      cmocka_unit_test(test_reentrancy),
+      cmocka_unit_test(test_non_reentrant_errors_at_once),
+      cmocka_unit_test(test_owner_checked_release),
+      cmocka_unit_test(test_fence_increasing),
+      cmocka_unit_test(test_fence_after_reap),
+      cmocka_unit_test(test_holder_killed),
+      cmocka_unit_test(test_try_timed_blocking),
+      cmocka_unit_test(test_watchdog_keeps_lock),
+      cmocka_unit_test(test_lost_callback_on_force_unlock),
+      cmocka_unit_test(test_lost_after_expiry_takeover),
+      cmocka_unit_test(test_introspection),
+      cmocka_unit_test(test_force_unlock_frees_and_bumps),
+      cmocka_unit_test(test_mixing_strategies),
+      cmocka_unit_test(test_round_trips),
+      cmocka_unit_test(test_hostile_names),
+  };
+  static const dblock_strategy strategies[] = {
+      DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE, DBLOCK_STRATEGY_OPTIMISTIC};
+  int n, failed = 0;
+  const tu_backend *b = tu_backends(&n);
+  const char *only = getenv("DBLOCK_TEST_PAIR"); /* e.g. "postgres/insert" */
+  for (int i = 0; i < n; i++)
+    for (size_t k = 0; k < 3; k++) {
+      char group[64];
+      snprintf(group, sizeof group, "conformance/%s/%s", b[i].name,
+               dblock_strategy_name(strategies[k]));
+      if (only && strcmp(only, group + strlen("conformance/")) != 0) continue;
+      cur.backend = b[i].name;
+      cur.url = b[i].url;
+      cur.strategy = strategies[k];
+      cur.table = k == 0 ? "conf_insert" : k == 1 ? "conf_for_update" : "conf_optimistic";
+      failed += cmocka_run_group_tests_name(group, tests, group_setup, NULL);
+    }
+  return failed ? 1 : 0;
+}
