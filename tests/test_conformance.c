@@ -549,14 +549,21 @@ static void test_hostile_names(void **s) {
   assert_int_equal(dblock_lock_acquire(&l, a, bad_utf8, 0, 0), DBLOCK_EINVAL);
   assert_non_null(strstr(tu_errmsg(a), "UTF-8"));
   assert_int_equal(dblock_lock_acquire(&l, a, NULL, 0, 0), DBLOCK_EINVAL);
-  for (size_t i = 0; i < n; i++) held[i] = must_acquire(a, odd[i], 0, 0);
+  /* All held at once proves distinct names never collide. SQLite's
+   * for_update holds the whole file, so there they are taken in turn. */
   for (size_t i = 0; i < n; i++) {
-    assert_int_equal(try_acquire(b, odd[i]), DBLOCK_EBUSY);
-    assert_int_equal(dblock_lock_inspect(&info, b, odd[i]), 0);
-    assert_string_equal(info.name, odd[i]);
-    assert_int_equal(info.held, 1);
+    int one_at_a_time = is("sqlite") && !leased();
+    for (size_t k = one_at_a_time ? i : 0; k <= i; k++)
+      if (k == i) held[i] = must_acquire(a, odd[i], 0, 0);
+    if (!one_at_a_time && i + 1 < n) continue;
+    for (size_t k = one_at_a_time ? i : 0; k <= i; k++) {
+      assert_int_equal(try_acquire(b, odd[k]), DBLOCK_EBUSY);
+      assert_int_equal(dblock_lock_inspect(&info, b, odd[k]), 0);
+      assert_string_equal(info.name, odd[k]);
+      assert_int_equal(info.held, 1);
+      must_release(held[k]);
+    }
   }
-  for (size_t i = 0; i < n; i++) must_release(held[i]);
   for (size_t i = 0; i < n; i++) assert_int_equal(try_acquire(b, odd[i]), 0);
   dblock_client_free(a);
   dblock_client_free(b);

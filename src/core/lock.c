@@ -112,6 +112,10 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
     op.version_hint = reentrant ? h->version : hint_get(cl, hash);
   sent = dbl_mono_ms();
   rc = cl->strat->acquire(&op, wait_ms);
+  /* A polling strategy's short server-side wait running out (MySQL
+   * max_statement_time, PostgreSQL lock_timeout) means the row was locked
+   * by someone else: busy, and the caller's own wait policy goes on. */
+  if (!pins && rc == DBLOCK_ETIMEOUT) rc = DBLOCK_EBUSY;
   if (rc == 0) {
     pthread_mutex_lock(&cl->mu);
     h->fence = op.g.fence;
