@@ -129,16 +129,16 @@ $(B)/.header-ok: include/dblock.h
 	touch $@
 
 demo:
-	@sh tests/install-deps.sh --demo
+	@tests/install-deps.sh --demo
 	@$(MAKE) --no-print-directory $(B)/dblock-bank
 	@$(B)/dblock-bank
 
 check:
-	@sh tests/install-deps.sh
+	@tests/install-deps.sh
 	@sh tests/run-all.sh
 
 bench:
-	@sh tests/install-deps.sh
+	@tests/install-deps.sh
 	@$(MAKE) --no-print-directory all
 	@sh bench/run.sh $(BENCH_ARGS)
 
