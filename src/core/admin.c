@@ -231,9 +231,16 @@ static const char *PG_REAP =
     "WHERE expires_at < statement_timestamp() - ?::int8 * interval '1 microsecond' "
     "LIMIT ?::int8 FOR UPDATE SKIP LOCKED) "
     "AND expires_at < statement_timestamp() - ?::int8 * interval '1 microsecond'";
+/* MariaDB: a single-table DELETE ... LIMIT may choose a full scan and then
+ * wait on any row another session has locked (a held for_update lock).
+ * So the candidates come from a non-locking read through the expiry index,
+ * and the DELETE locks only those rows, by key, re-checking the expiry. */
 static const char *MY_REAP =
-    "DELETE FROM ${table} WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND "
-    "LIMIT ?";
+    "DELETE t FROM ${table} t JOIN (SELECT name FROM ${table} "
+    "FORCE INDEX (${table}_expires_idx) "
+    "WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND LIMIT ?) x "
+    "ON t.name = x.name "
+    "WHERE t.expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND";
 static const char *LITE_REAP =
     "DELETE FROM ${table} WHERE name IN (SELECT name FROM ${table} "
     "WHERE expires_at < dblock_now_us() - ? LIMIT ?)";
@@ -261,7 +268,7 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
     int n = 0;
     p[n++] = DBL_I64(grace_ms * 1000);
     p[n++] = DBL_I64(batch);
-    if (cl->drv->dialect == DBL_PG) p[n++] = DBL_I64(grace_ms * 1000);
+    if (cl->drv->dialect != DBL_LITE) p[n++] = DBL_I64(grace_ms * 1000);
     rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_REAP, MY_REAP, LITE_REAP)), p, n,
                         &r, &e);
     if (rc) break;

@@ -190,7 +190,9 @@ int main(int argc, char **argv) {
   if (once) {
     rc = pass(cl, grace_ms, batch, json, quiet);
     dblock_client_free(cl);
-    return rc ? cli_exit_code(rc) : CLI_OK;
+    /* A failed pass is a database error (1) whatever its cause, including a
+     * lock wait that ran out: the reaper has no "busy" outcome. */
+    return rc ? CLI_DBERR : CLI_OK;
   }
   while (!g_stop) {
     int64_t next = mono_ms() + every_ms;
