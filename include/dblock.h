@@ -277,6 +277,17 @@ int dblock_lock_list(dblock_lock_info **out, size_t *count,
 int dblock_force_unlock(dblock_client *client, const char *name,
                         int64_t *new_fence);
 
+/* Releases a grant made by another client or process (for example
+ * `dblock acquire` in an earlier shell step), named by its owner token,
+ * owner thread and fence as dblock_lock_inspect reports them. One
+ * owner-checked statement: it frees the name only if that exact grant still
+ * owns it (expired but not taken over counts as owned). Leased strategies
+ * (insert, optimistic) only: a for_update lock ends with its session.
+ * Returns 0, or DBLOCK_ENOTHELD if the grant no longer owns the name. */
+int dblock_release_grant(dblock_client *client, const char *name,
+                         const char *owner_token, int64_t owner_thread,
+                         int64_t fence);
+
 /* One reaper pass: deletes rows whose lease expired more than grace_ms ago
  * (by the server clock), in batches of batch rows (0: 1000). Never deletes a
  * row that is held or locked. *deleted (may be NULL) receives the count. */

@@ -369,7 +369,7 @@ static void test_lost_callback_on_force_unlock(void **s) {
   a = tu_open_opts(cur.url, &o);
   l = must_acquire(a, name, 0, 0);
   rc = dblock_force_unlock(b, name, &nf);
-  if (!leased() && !is("postgres")) {
+  if (!leased() && is("sqlite")) {
     assert_int_equal(rc, DBLOCK_EUNSUPPORTED);
     must_release(l);
   } else {
@@ -431,14 +431,16 @@ static void test_introspection(void **s) {
   assert_int_equal(dblock_lock_inspect(&info, b, name), 0);
   assert_string_equal(info.name, name);
   assert_int_equal(info.held, 1);
-  if (leased()) {
+  /* A held for_update lock's holder is read uncommitted on MariaDB; on
+   * PostgreSQL and SQLite only "held" is visible (documented limit). */
+  if (leased() || is("mysql")) {
     gethostname(host, sizeof host);
     assert_string_equal(info.owner_host, host);
     assert_int_equal(info.owner_pid, getpid());
     assert_true(info.owner_thread > 0);
     assert_int_equal(info.fence, dblock_lock_fence(l));
     assert_int_equal(info.hold_count, 1);
-    assert_true(info.expires_at_us > info.acquired_at_us);
+    if (leased()) assert_true(info.expires_at_us > info.acquired_at_us);
   }
   must_release(l);
   if (dblock_lock_inspect(&info, b, name) == 0) assert_int_equal(info.held, 0);
@@ -455,7 +457,7 @@ static void test_force_unlock_frees_and_bumps(void **s) {
   int rc;
   (void)s;
   rc = dblock_force_unlock(b, name, &nf);
-  if (!leased() && !is("postgres")) {
+  if (!leased() && is("sqlite")) {
     assert_int_equal(rc, DBLOCK_EUNSUPPORTED);
     assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
     must_release(l);

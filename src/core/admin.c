@@ -93,16 +93,27 @@ static int probe_for_update(dblock_client *cl, dbl_conn *c, dblock_lock_info *o,
     o->held = r.nrows == 0;
     dbl_res_clear(&r);
   }
-  if (o->held) {
+  if (o->held && cl->drv->dialect != DBL_MY) {
+    /* MariaDB read the holder's uncommitted columns (see dirty_read); the
+     * others can only say that someone holds it. */
     o->owner_host[0] = 0;
     o->owner_pid = o->owner_thread = 0;
     o->owner_token[0] = 0;
     o->fence = 0;
     o->acquired_at_us = 0;
   }
-  o->hold_count = o->held;
+  if (!o->held) o->hold_count = 0;
+  else if (cl->drv->dialect != DBL_MY) o->hold_count = 1;
   o->expires_at_us = 0;
   return 0;
+}
+
+/* MariaDB: makes the next statement on c read uncommitted rows, so that a
+ * for_update holder's columns (written inside its open transaction) show.
+ * SET TRANSACTION without SESSION applies to the next transaction only. */
+static int dirty_read(dblock_client *cl, dbl_conn *c, dbl_err *e) {
+  if (cl->drv->dialect != DBL_MY) return 0;
+  return cl->drv->script(c, "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", e);
 }
 
 int dblock_lock_inspect(dblock_lock_info *out, dblock_client *cl, const char *name) {
@@ -116,7 +127,9 @@ int dblock_lock_inspect(dblock_lock_info *out, dblock_client *cl, const char *na
   memset(&e, 0, sizeof e);
   if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
   p = DBL_STR(name);
-  rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_ONE, MY_ONE, LITE_ONE)), &p, 1, &r, &e);
+  memset(&r, 0, sizeof r);
+  if ((rc = dirty_read(cl, pc->c, &e)) == 0)
+    rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_ONE, MY_ONE, LITE_ONE)), &p, 1, &r, &e);
   if (rc == 0 && r.nrows == 0) {
     rc = dbl_err_set(&e, DBLOCK_ENOTHELD, "", 0, "no lock named '%s'", name);
   } else if (rc == 0) {
@@ -142,7 +155,9 @@ int dblock_lock_list(dblock_lock_info **out, size_t *count, dblock_client *cl,
   memset(&e, 0, sizeof e);
   if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
   p = DBL_I64(limit > 0 ? limit : INT64_MAX);
-  rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_ALL, MY_ALL, LITE_ALL)), &p, 1, &r, &e);
+  memset(&r, 0, sizeof r);
+  if ((rc = dirty_read(cl, pc->c, &e)) == 0)
+    rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_ALL, MY_ALL, LITE_ALL)), &p, 1, &r, &e);
   if (rc == 0 && !(info = calloc(r.nrows ? (size_t)r.nrows : 1, sizeof *info)))
     rc = dbl_err_set(&e, DBLOCK_ENOMEM, "", 0, "out of memory");
   for (int i = 0; rc == 0 && i < r.nrows; i++) {
@@ -183,6 +198,28 @@ static const char *PG_KILL =
     "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a "
     "JOIN ${schema}.${table} t ON a.backend_xid = t.xmax WHERE t.name = ?";
 
+static const char *MY_SESSION = "SELECT owner_session FROM ${table} WHERE name = ?";
+
+/* Ends the session holding a for_update lock on name: PostgreSQL finds it
+ * through the row's locker (xmax) and terminates it; MariaDB reads the
+ * session id the holder wrote (uncommitted) and kills that connection.
+ * Either needs the right to end the holder's session (same user, or
+ * pg_signal_backend / CONNECTION ADMIN). */
+static int end_holder_session(dblock_client *cl, dbl_conn *c, const char *name, dbl_err *e) {
+  dbl_param p = DBL_STR(name);
+  dbl_res r;
+  int rc;
+  if (cl->drv->dialect == DBL_PG) return cl->drv->query(c, dbl_sql(cl, PG_KILL), &p, 1, NULL, e);
+  if ((rc = dirty_read(cl, c, e)) != 0) return rc;
+  if ((rc = cl->drv->query(c, dbl_sql(cl, MY_SESSION), &p, 1, &r, e)) != 0) return rc;
+  p = DBL_I64(dbl_res_i64(&r, 0, 0));
+  dbl_res_clear(&r);
+  if (p.i <= 0) return 0;
+  rc = cl->drv->query(c, "KILL CONNECTION ?", &p, 1, NULL, e);
+  /* 1094: the session ended by itself meanwhile. */
+  return rc && e->native == 1094 ? 0 : rc;
+}
+
 int dblock_force_unlock(dblock_client *cl, const char *name, int64_t *new_fence) {
   dbl_pconn *pc;
   dbl_err e;
@@ -195,14 +232,16 @@ int dblock_force_unlock(dblock_client *cl, const char *name, int64_t *new_fence)
   memset(&e, 0, sizeof e);
   if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
   if (strcmp(info.strategy, "for_update") == 0 && info.held) {
-    if (cl->drv->dialect != DBL_PG) {
+    if (cl->drv->dialect == DBL_LITE) {
       dbl_pool_put(cl, pc);
       return dbl_failf(cl, DBLOCK_EUNSUPPORTED,
-                       "force-unlock of a held for_update lock is only supported on "
-                       "PostgreSQL (it ends the holder's session)");
+                       "force-unlock of a held for_update lock is not possible on SQLite "
+                       "(the holder is another process's open transaction)");
     }
-    p[0] = DBL_STR(name);
-    if ((rc = cl->drv->query(pc->c, dbl_sql(cl, PG_KILL), p, 1, NULL, &e)) != 0) goto out;
+    if ((rc = end_holder_session(cl, pc->c, name, &e)) != 0) goto out;
+    /* The holder's transaction is rolling back; the UPDATE below waits for
+     * its row lock to go. */
+    if ((rc = cl->drv->set_lock_wait(pc->c, 5000, &e)) != 0) goto out;
   }
   p[0] = DBL_I64(pc->fence_base);
   p[1] = DBL_STR(name);
@@ -216,6 +255,45 @@ int dblock_force_unlock(dblock_client *cl, const char *name, int64_t *new_fence)
     dbl_res_clear(&r);
   }
 out:
+  dbl_pool_put(cl, pc);
+  return rc ? dbl_fail(cl, &e) : 0;
+}
+
+/* ---- release of another process's grant ------------------------------ */
+
+static const char *PG_DROP_GRANT =
+    "DELETE FROM ${schema}.${table} WHERE name = ? AND owner_token = ? "
+    "AND owner_thread = ?::int8 AND fence = ?::int8 AND state = 1 "
+    "AND strategy <> 'for_update'";
+static const char *MY_DROP_GRANT =
+    "DELETE FROM ${table} WHERE name = ? AND owner_token = ? AND owner_thread = ? "
+    "AND fence = ? AND state = 1 AND strategy <> 'for_update'";
+
+int dblock_release_grant(dblock_client *cl, const char *name, const char *owner_token,
+                         int64_t owner_thread, int64_t fence) {
+  dbl_pconn *pc;
+  dbl_err e;
+  dbl_res r;
+  dbl_param p[4];
+  int rc;
+  if (!cl || !owner_token) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
+  if ((rc = dbl_check_name(cl, name)) != 0) return rc;
+  memset(&e, 0, sizeof e);
+  if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  p[0] = DBL_STR(name);
+  p[1] = DBL_STR(owner_token);
+  p[2] = DBL_I64(owner_thread);
+  p[3] = DBL_I64(fence);
+  rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_DROP_GRANT, MY_DROP_GRANT, MY_DROP_GRANT)),
+                      p, 4, &r, &e);
+  if (rc == 0) {
+    if (r.affected != 1)
+      rc = dbl_err_set(&e, DBLOCK_ENOTHELD, "", 0,
+                       "lock '%s' is not held by that grant (it expired and was reaped or "
+                       "taken over, was force-unlocked, or was already released)",
+                       name);
+    dbl_res_clear(&r);
+  }
   dbl_pool_put(cl, pc);
   return rc ? dbl_fail(cl, &e) : 0;
 }
@@ -250,7 +328,7 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
   dbl_err e;
   dbl_res r;
   dbl_param p[3];
-  int rc = 0;
+  int rc = 0, retries = 0;
   int64_t total = 0;
   if (deleted) *deleted = 0;
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
@@ -271,11 +349,20 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
     if (cl->drv->dialect != DBL_LITE) p[n++] = DBL_I64(grace_ms * 1000);
     rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_REAP, MY_REAP, LITE_REAP)), p, n,
                         &r, &e);
+    /* Two reapers (or a reaper and a renewal) can deadlock in InnoDB; the
+     * victim's batch was rolled back whole, so it is simply run again. */
+    if (rc == DBLOCK_ERETRY && ++retries < 10) continue;
     if (rc) break;
     int64_t got = r.affected;
     dbl_res_clear(&r);
     total += got;
     if (got < batch) break;
+    /* SQLite has one writer at a time: leave a gap between batches so that
+     * lock operations waiting for the write lock get their turn. */
+    if (cl->drv->dialect == DBL_LITE) {
+      struct timespec gap = {0, 2000000};
+      nanosleep(&gap, NULL);
+    }
   }
   if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
   else dbl_pool_put(cl, pc);

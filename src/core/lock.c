@@ -116,6 +116,9 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
    * max_statement_time, PostgreSQL lock_timeout) means the row was locked
    * by someone else: busy, and the caller's own wait policy goes on. */
   if (!pins && rc == DBLOCK_ETIMEOUT) rc = DBLOCK_EBUSY;
+  /* A deadlock victim (InnoDB 1213, PostgreSQL 40P01) changed nothing:
+   * treat it like busy, and the wait policy tries again. */
+  if (rc == DBLOCK_ERETRY) rc = DBLOCK_EBUSY;
   if (rc == 0) {
     pthread_mutex_lock(&cl->mu);
     h->fence = op.g.fence;
@@ -328,7 +331,11 @@ int dblock_lock_release(dblock_lock *l) {
     if (rc == 0) {
       dbl_op_init(&op, cl, pc, h, &e);
       op.reentrant = !final;
-      rc = cl->strat->release(&op, final);
+      /* Deadlock victims changed nothing; the owner-checked release is
+       * safe to run again. */
+      for (int tries = 0; (rc = cl->strat->release(&op, final)) == DBLOCK_ERETRY && tries < 5;
+           tries++) {
+      }
       if (rc == 0) h->version = op.g.version;
       if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
         hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1);
@@ -380,7 +387,10 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
   int64_t sent = dbl_mono_ms();
   if (!pc && (rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
   dbl_op_init(&op, cl, pc, h, e);
-  rc = cl->strat->renew(&op);
+  /* A renewal chosen as a deadlock victim (racing a reaper) was rolled
+   * back whole: run it again. */
+  for (int tries = 0; (rc = cl->strat->renew(&op)) == DBLOCK_ERETRY && tries < 5; tries++) {
+  }
   if (!h->pinned) {
     if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
     else dbl_pool_put(cl, pc);

@@ -52,7 +52,7 @@ static int classify(unsigned int no) {
   case 1159: case 1160: case 1161: return DBLOCK_ECONN;
   case 1045: case 1698: case 1251: return DBLOCK_EAUTH;
   case 1146: case 1305: return DBLOCK_ESCHEMA;
-  case 1142: case 1143: case 1044: case 1227: case 1370: return DBLOCK_EPERM;
+  case 1142: case 1143: case 1044: case 1227: case 1370: case 1095: return DBLOCK_EPERM;
   case 1290: case 1792: return DBLOCK_EREPLICA;
   case 1406: case 1366: case 1300: return DBLOCK_EINVAL;
   default: return DBLOCK_EDB;

@@ -25,7 +25,8 @@ typedef struct cached {
 struct dbl_conn {
   sqlite3 *db;
   uint64_t trips, tick;
-  int64_t lock_wait;
+  int64_t lock_wait; /* ms, -1 = forever */
+  int64_t busy_since_us;
   int broken;
   cached cache[LITE_CACHE];
 };
@@ -231,12 +232,34 @@ static int lite_now_us(dbl_conn *c, int64_t *out, dbl_err *e) {
   return 0;
 }
 
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Busy handler: SQLite's own sleeps in steps growing to 100 ms, so a
+ * waiter could sleep long after the lock was freed, and a timed wait could
+ * overrun its deadline by as much. This one polls every 0.25-2 ms and stops
+ * exactly at the deadline. */
+static int on_busy(void *arg, int count) {
+  dbl_conn *c = arg;
+  int64_t now = mono_us(), step;
+  struct timespec ts;
+  if (count == 0) c->busy_since_us = now;
+  if (c->lock_wait >= 0 && now - c->busy_since_us >= c->lock_wait * 1000) return 0;
+  step = count < 8 ? 250 : count < 40 ? 1000 : 2000;
+  if (c->lock_wait >= 0 && c->busy_since_us + c->lock_wait * 1000 - now < step)
+    step = c->busy_since_us + c->lock_wait * 1000 - now;
+  ts.tv_sec = 0;
+  ts.tv_nsec = (long)(step > 0 ? step : 1) * 1000;
+  nanosleep(&ts, NULL);
+  return 1;
+}
+
 static int lite_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
   (void)e;
-  int eff = ms < 0 ? 0x7fffffff : ms > 0x7fffffff ? 0x7fffffff : (int)ms;
-  if (c->lock_wait == eff) return 0;
-  sqlite3_busy_timeout(c->db, eff);
-  c->lock_wait = eff;
+  c->lock_wait = ms < 0 ? -1 : ms;
   return 0;
 }
 
@@ -278,7 +301,6 @@ static int lite_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   }
   if (!(c = calloc(1, sizeof *c)))
     return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
-  c->lock_wait = -2;
   rc = sqlite3_open_v2(u->path, &c->db,
                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                            SQLITE_OPEN_NOMUTEX,
@@ -292,7 +314,8 @@ static int lite_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
     return rc;
   }
   sqlite3_extended_result_codes(c->db, 1);
-  sqlite3_busy_timeout(c->db, 5000);
+  c->lock_wait = 5000;
+  sqlite3_busy_handler(c->db, on_busy, c);
   /* sync is one of four fixed words, never caller text. */
   snprintf(pragma, sizeof pragma, "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;",
            sync);

@@ -10,9 +10,10 @@
  * holder's process or connection dies, the server rolls the transaction
  * back and the name is free at once.
  *
- * The holder columns written inside the transaction are visible to other
- * sessions only after commit (PostgreSQL and SQLite have no dirty reads),
- * so introspection finds a held for_update lock by probing the row lock.
+ * The holder columns (and the holding session's id) are written inside the
+ * transaction. Introspection finds a held lock by probing its row lock;
+ * on MariaDB it reads the holder uncommitted (READ UNCOMMITTED), while
+ * PostgreSQL and SQLite have no dirty reads, so there only "held" shows.
  *
  * SQLite: the transaction is BEGIN IMMEDIATE, which locks the whole
  * database file for writing while held: one for_update lock at a time per
@@ -27,14 +28,14 @@ static const char *PG_TAKE =
     "fence = GREATEST(fence + 1, ?::int8 + nextval('${schema}.${table}_fence_seq')), "
     "version = version + 1, hold_count = 1, owner_host = ?, owner_pid = ?::int8, "
     "owner_thread = ?::int8, owner_token = ?, acquired_at = statement_timestamp(), "
-    "renewed_at = statement_timestamp(), expires_at = NULL "
+    "renewed_at = statement_timestamp(), expires_at = NULL, owner_session = pg_backend_pid() "
     "WHERE name = ? AND strategy = 'for_update' RETURNING fence";
 static const char *MY_TAKE =
     "UPDATE ${table} SET "
     "fence = LAST_INSERT_ID(GREATEST(fence + 1, ? + NEXTVAL(${table}_fence_seq))), "
     "version = version + 1, hold_count = 1, owner_host = ?, owner_pid = ?, "
     "owner_thread = ?, owner_token = ?, acquired_at = UTC_TIMESTAMP(6), "
-    "renewed_at = UTC_TIMESTAMP(6), expires_at = NULL "
+    "renewed_at = UTC_TIMESTAMP(6), expires_at = NULL, owner_session = CONNECTION_ID() "
     "WHERE name = ? AND strategy = 'for_update'";
 static const char *LITE_TAKE =
     "UPDATE ${table} SET fence = MAX(fence + 1, ? + 0, dblock_now_us()), "

@@ -295,46 +295,28 @@ static int cmd_release(args *a) {
   const char *name = NULL;
   char owner[33];
   long long thread, fence;
-  int64_t nf;
   int rc;
   if ((rc = need_name(a, &name)) != 0) return rc;
   if (!a->token) return usage_error(a, "missing --token (the token printed by 'dblock acquire')");
   if (parse_token(a->token, owner, &thread, &fence) != 0)
     return usage_error(a, "malformed --token (expected the token=... value printed by 'dblock acquire')");
   if ((rc = open_client(&cl, a)) != 0) return rc;
-  /* Check, then act: not atomic (see the man page). A library call that
-   * deletes by owner token in one statement would close the window. */
-  rc = dblock_lock_inspect(&info, cl, name);
-  if (rc == DBLOCK_ENOTHELD ||
-      (rc == 0 && (strcmp(info.owner_token, owner) != 0 || info.owner_thread != thread ||
-                   info.fence != fence || info.hold_count < 1))) {
-    fprintf(stderr,
-            "%s: release: lock '%s' is not held by this token (it expired and was "
-            "reaped or taken over, was force-unlocked, or was already released)\n",
-            PROG, name);
-    dblock_client_free(cl);
-    return CLI_LOST;
-  }
-  if (rc != 0) {
-    rc = report(a, "release", cl, rc);
-    dblock_client_free(cl);
-    return rc;
-  }
-  if (!info.held)
+  /* Informational only: say when the lease had already run out. The
+   * release itself is one owner-checked statement. */
+  if (dblock_lock_inspect(&info, cl, name) == 0 && !info.held &&
+      strcmp(info.owner_token, owner) == 0 && info.fence == fence)
     fprintf(stderr, "%s: release: warning: the lease of '%s' had expired (nobody took it over)\n",
             PROG, name);
-  if ((rc = dblock_force_unlock(cl, name, &nf)) != 0) {
-    if (rc == DBLOCK_ENOTHELD) {
-      fprintf(stderr, "%s: release: lock '%s' vanished while being released\n", PROG, name);
-      rc = CLI_LOST;
-    } else {
-      rc = report(a, "release", cl, rc);
-    }
-    dblock_client_free(cl);
-    return rc;
+  rc = dblock_release_grant(cl, name, owner, (int64_t)thread, (int64_t)fence);
+  if (rc == DBLOCK_ENOTHELD) {
+    fprintf(stderr, "%s: release: %s\n", PROG, "lock is not held by this token (it expired and "
+                    "was reaped or taken over, was force-unlocked, or was already released)");
+    rc = CLI_LOST;
+  } else if (rc != 0) {
+    rc = report(a, "release", cl, rc);
   }
   dblock_client_free(cl);
-  return CLI_OK;
+  return rc;
 }
 
 /* ---- run ---------------------------------------------------------------- */

@@ -1,0 +1,337 @@
+/*
+ * test_reaper.c — the reaper (DESIGN §5) on each backend: a pass over
+ * 200,000 expired rows and 1,000 live ones deletes exactly the expired ones
+ * in batches while other clients keep locking without waiting; two reapers
+ * at once delete every row once; a reaper racing renewals never deletes a
+ * renewed row, and a holder whose row was reaped is told it lost the lock;
+ * the reaper thread works and stops at once when its client closes.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "drivers/driver.h"
+#include "testutil.h"
+
+/* The test's own access to the table, to plant rows in bulk and count them. */
+static void raw(const char *url, const char *sql, int64_t *count) {
+  dbl_url u;
+  char why[256];
+  dbl_conn *c;
+  dbl_err e;
+  dbl_res r;
+  const dbl_driver *d;
+  memset(&e, 0, sizeof e);
+  assert_int_equal(dbl_url_parse(&u, url, why, sizeof why), 0);
+  d = dbl_driver_for(&u);
+  assert_int_equal(d->connect(&c, &u, 5000, &e), 0);
+  if (count) {
+    if (d->query(c, sql, NULL, 0, &r, &e) != 0) fail_msg("%s: %s", sql, e.msg);
+    *count = dbl_res_i64(&r, 0, 0);
+    dbl_res_clear(&r);
+  } else if (d->script(c, sql, &e) != 0) {
+    fail_msg("%s: %s", sql, e.msg);
+  }
+  d->close(c);
+  dbl_url_free(&u);
+}
+
+static const char *url_of(const char *backend) {
+  int n;
+  const tu_backend *b = tu_backends(&n);
+  for (int i = 0; i < n; i++)
+    if (strcmp(b[i].name, backend) == 0) return b[i].url;
+  return NULL;
+}
+
+/* Plants `expired` rows whose lease ended an hour ago and `live` rows held
+ * for another hour, named exp-N and live-N, in table t. */
+static void plant(const char *backend, const char *url, const char *t, int expired, int live) {
+  char sql[1024];
+  const char *kinds[2] = {"exp", "live"};
+  int counts[2] = {expired, live};
+  for (int k = 0; k < 2; k++) {
+    const char *sign = k == 0 ? "-" : "+";
+    if (!counts[k]) continue;
+    if (strcmp(backend, "postgres") == 0)
+      snprintf(sql, sizeof sql,
+               "INSERT INTO public.%s (name, strategy, state, owner_token, hold_count, fence, "
+               "acquired_at, expires_at) SELECT '%s-' || g, 'insert', 1, 'planted', 1, g, "
+               "now() - interval '2 hours', now() %s interval '1 hour' "
+               "FROM generate_series(1, %d) g",
+               t, kinds[k], sign, counts[k]);
+    else if (strcmp(backend, "mysql") == 0)
+      snprintf(sql, sizeof sql,
+               "INSERT INTO %s (name, strategy, state, owner_token, hold_count, fence, "
+               "acquired_at, expires_at) SELECT CONCAT('%s-', seq), 'insert', 1, 'planted', 1, "
+               "seq, UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, UTC_TIMESTAMP(6) %s INTERVAL 1 HOUR "
+               "FROM seq_1_to_%d",
+               t, kinds[k], sign, counts[k]);
+    else
+      snprintf(sql, sizeof sql,
+               "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < %d) "
+               "INSERT INTO %s (name, strategy, state, owner_token, hold_count, fence, "
+               "acquired_at, expires_at) SELECT '%s-' || n, 'insert', 1, 'planted', 1, n, "
+               "(strftime('%%s','now') - 7200) * 1000000, "
+               "(strftime('%%s','now') %s 3600) * 1000000 FROM g",
+               counts[k], t, kinds[k], sign);
+    raw(url, sql, NULL);
+  }
+}
+
+static int64_t count_like(const char *backend, const char *url, const char *t,
+                          const char *prefix) {
+  char sql[256];
+  int64_t n = -1;
+  snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s%s WHERE name LIKE '%s-%%'",
+           strcmp(backend, "postgres") == 0 ? "public." : "", t, prefix);
+  raw(url, sql, &n);
+  return n;
+}
+
+static dblock_client *fresh(const char *url, const char *t, dblock_strategy s) {
+  dblock_client *c = tu_open(url, s, t, 0);
+  tu_migrate(c);
+  return c;
+}
+
+typedef struct pinger {
+  dblock_client *c;
+  atomic_int stop;
+  int64_t worst_ms, ops, errors;
+} pinger;
+
+/* Acquires and releases other names as fast as it can, timing each call. */
+static void *ping(void *arg) {
+  pinger *p = arg;
+  int i = 0;
+  while (!atomic_load(&p->stop)) {
+    char name[64];
+    dblock_lock *l = NULL;
+    int64_t t0 = tu_now_ms(), el;
+    snprintf(name, sizeof name, "other-%d", i++ % 50);
+    if (dblock_lock_acquire(&l, p->c, name, 0, 0) != 0) {
+      p->errors++;
+      continue;
+    }
+    el = tu_now_ms() - t0;
+    if (el > p->worst_ms) p->worst_ms = el;
+    t0 = tu_now_ms();
+    if (dblock_lock_release(l) != 0) p->errors++;
+    el = tu_now_ms() - t0;
+    if (el > p->worst_ms) p->worst_ms = el;
+    p->ops++;
+  }
+  return NULL;
+}
+
+static void big_pass(const char *backend) {
+  const char *url = url_of(backend);
+  char t[48];
+  dblock_client *c, *other;
+  pinger p;
+  pthread_t th;
+  int64_t deleted = 0, t0, el;
+  int expired = getenv("DBLOCK_TEST_CYCLES") ? 50000 : 200000; /* lighter in sanitizer trees */
+  snprintf(t, sizeof t, "reap_big_%d", (int)getpid());
+  c = fresh(url, t, DBLOCK_STRATEGY_INSERT);
+  plant(backend, url, t, expired, 1000);
+  assert_int_equal(count_like(backend, url, t, "exp"), expired);
+  other = tu_open(url, DBLOCK_STRATEGY_INSERT, t, 0);
+  memset(&p, 0, sizeof p);
+  p.c = other;
+  assert_int_equal(pthread_create(&th, NULL, ping, &p), 0);
+  tu_sleep_ms(200);
+  t0 = tu_now_ms();
+  assert_int_equal(dblock_reap(c, 0, 1000, &deleted), 0);
+  el = tu_now_ms() - t0;
+  atomic_store(&p.stop, 1);
+  pthread_join(th, NULL);
+  printf("# %s: reaped %lld rows in %lld ms (%.0f rows/s); concurrent client: %lld cycles, "
+         "worst call %lld ms\n",
+         backend, (long long)deleted, (long long)el, el ? deleted * 1000.0 / (double)el : 0.0,
+         (long long)p.ops, (long long)p.worst_ms);
+  assert_int_equal(deleted, expired);
+  assert_int_equal(count_like(backend, url, t, "exp"), 0);
+  assert_int_equal(count_like(backend, url, t, "live"), 1000);
+  assert_int_equal(p.errors, 0);
+  assert_true(p.ops > 0);
+  if (p.worst_ms > 100) fail_msg("a concurrent call waited %lld ms", (long long)p.worst_ms);
+  dblock_client_free(other);
+  dblock_client_free(c);
+}
+static void test_big_pass_sqlite(void **s) { (void)s; big_pass("sqlite"); }
+static void test_big_pass_postgres(void **s) { (void)s; big_pass("postgres"); }
+static void test_big_pass_mysql(void **s) { (void)s; big_pass("mysql"); }
+
+/* Two reaper processes at once: every expired row deleted exactly once. */
+static void two_reapers(const char *backend) {
+  const char *url = url_of(backend);
+  char t[48];
+  dblock_client *c;
+  int fds[2], pipes[2][2];
+  int64_t total = 0;
+  pid_t pid[2];
+  snprintf(t, sizeof t, "reap_two_%d", (int)getpid());
+  c = fresh(url, t, DBLOCK_STRATEGY_INSERT);
+  plant(backend, url, t, 20000, 100);
+  dblock_client_free(c);
+  assert_int_equal(pipe(fds), 0);
+  for (int k = 0; k < 2; k++) {
+    assert_int_equal(pipe(pipes[k]), 0);
+    if ((pid[k] = fork()) == 0) {
+      dblock_client *rc = NULL;
+      dblock_options o = DBLOCK_OPTIONS_INIT;
+      int64_t d = -1;
+      char go;
+      o.table = t;
+      close(fds[1]);
+      if (dblock_client_open(&rc, url, &o) != 0) _exit(1);
+      if (read(fds[0], &go, 1) < 0) _exit(1);
+      if (dblock_reap(rc, 0, 500, &d) != 0) {
+        fprintf(stderr, "reaper %d: %s\n", k, tu_errmsg(rc));
+        _exit(2);
+      }
+      if (write(pipes[k][1], &d, sizeof d) != sizeof d) _exit(3);
+      dblock_client_free(rc);
+      _exit(0);
+    }
+    close(pipes[k][1]);
+  }
+  close(fds[0]);
+  tu_sleep_ms(100);
+  close(fds[1]);
+  for (int k = 0; k < 2; k++) {
+    int st;
+    int64_t d = 0;
+    assert_int_equal(read(pipes[k][0], &d, sizeof d), (ssize_t)sizeof d);
+    waitpid(pid[k], &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    total += d;
+  }
+  assert_int_equal(total, 20000);
+  assert_int_equal(count_like(backend, url, t, "exp"), 0);
+  assert_int_equal(count_like(backend, url, t, "live"), 100);
+}
+static void test_two_reapers_sqlite(void **s) { (void)s; two_reapers("sqlite"); }
+static void test_two_reapers_postgres(void **s) { (void)s; two_reapers("postgres"); }
+static void test_two_reapers_mysql(void **s) { (void)s; two_reapers("mysql"); }
+
+static atomic_int lost_calls;
+static void on_lost(const char *name, int64_t fence, int reason, void *arg) {
+  (void)name;
+  (void)fence;
+  (void)reason;
+  (void)arg;
+  atomic_fetch_add(&lost_calls, 1);
+}
+
+typedef struct racer {
+  dblock_client *c;
+  int64_t deleted;
+  int rc;
+} racer;
+
+static void *reap_now(void *arg) {
+  racer *r = arg;
+  r->rc = dblock_reap(r->c, 0, 100, &r->deleted);
+  return NULL;
+}
+
+/* A holder renews just as its lease ran out while a reaper passes: either
+ * the renewal wins and the row survives (held), or the reaper wins, the
+ * renewal says lost and the callback fires. Never a renewed row deleted. */
+static void race_renewal(const char *backend) {
+  const char *url = url_of(backend);
+  char t[48];
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *a, *reaper;
+  int renewed = 0, reaped = 0;
+  snprintf(t, sizeof t, "reap_race_%d", (int)getpid());
+  reaper = fresh(url, t, DBLOCK_STRATEGY_INSERT);
+  o.table = t;
+  o.on_lost = on_lost;
+  a = tu_open_opts(url, &o);
+  for (int i = 0; i < 40; i++) {
+    char name[32];
+    dblock_lock *l;
+    dblock_lock_info info;
+    racer r = {reaper, 0, -99};
+    pthread_t th;
+    int rc, before = atomic_load(&lost_calls), ins;
+    snprintf(name, sizeof name, "race-%d", i);
+    assert_int_equal(dblock_lock_acquire(&l, a, name, 0, 200), 0);
+    tu_sleep_ms(205); /* the lease has just ended */
+    assert_int_equal(pthread_create(&th, NULL, reap_now, &r), 0);
+    rc = dblock_lock_renew(l);
+    pthread_join(th, NULL);
+    assert_int_equal(r.rc, 0);
+    ins = dblock_lock_inspect(&info, reaper, name);
+    if (rc == 0) {
+      /* Renewed: the row must still be there and held. */
+      assert_int_equal(ins, 0);
+      assert_int_equal(info.held, 1);
+      renewed++;
+      assert_int_equal(dblock_lock_release(l), 0);
+    } else {
+      assert_int_equal(rc, DBLOCK_ELOST);
+      assert_int_equal(ins, DBLOCK_ENOTHELD);
+      assert_int_equal(atomic_load(&lost_calls), before + 1);
+      assert_int_equal(dblock_lock_is_lost(l), 1);
+      reaped++;
+      assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+    }
+  }
+  printf("# %s: %d renewals won, %d reaps won\n", backend, renewed, reaped);
+  dblock_client_free(a);
+  dblock_client_free(reaper);
+}
+static void test_race_renewal_sqlite(void **s) { (void)s; race_renewal("sqlite"); }
+static void test_race_renewal_postgres(void **s) { (void)s; race_renewal("postgres"); }
+static void test_race_renewal_mysql(void **s) { (void)s; race_renewal("mysql"); }
+
+/* The reaper thread deletes expired rows on its interval and stops at once
+ * when the client closes, even with a long interval. */
+static void reaper_thread(const char *backend) {
+  const char *url = url_of(backend);
+  char t[48];
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *c, *d;
+  int64_t t0;
+  snprintf(t, sizeof t, "reap_thread_%d", (int)getpid());
+  c = fresh(url, t, DBLOCK_STRATEGY_INSERT);
+  plant(backend, url, t, 300, 10);
+  o.table = t;
+  o.reaper_interval_ms = 100;
+  d = tu_open_opts(url, &o);
+  t0 = tu_now_ms();
+  while (count_like(backend, url, t, "exp") > 0 && tu_now_ms() - t0 < 3000) tu_sleep_ms(50);
+  assert_int_equal(count_like(backend, url, t, "exp"), 0);
+  assert_int_equal(count_like(backend, url, t, "live"), 10);
+  dblock_client_free(d);
+  o.reaper_interval_ms = 60000;
+  d = tu_open_opts(url, &o);
+  t0 = tu_now_ms();
+  dblock_client_free(d);
+  assert_true(tu_now_ms() - t0 < 100);
+  dblock_client_free(c);
+}
+static void test_reaper_thread_sqlite(void **s) { (void)s; reaper_thread("sqlite"); }
+static void test_reaper_thread_postgres(void **s) { (void)s; reaper_thread("postgres"); }
+static void test_reaper_thread_mysql(void **s) { (void)s; reaper_thread("mysql"); }
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_big_pass_sqlite),       cmocka_unit_test(test_big_pass_postgres),
+      cmocka_unit_test(test_big_pass_mysql),        cmocka_unit_test(test_two_reapers_sqlite),
+      cmocka_unit_test(test_two_reapers_postgres),  cmocka_unit_test(test_two_reapers_mysql),
+      cmocka_unit_test(test_race_renewal_sqlite),   cmocka_unit_test(test_race_renewal_postgres),
+      cmocka_unit_test(test_race_renewal_mysql),    cmocka_unit_test(test_reaper_thread_sqlite),
+      cmocka_unit_test(test_reaper_thread_postgres), cmocka_unit_test(test_reaper_thread_mysql),
+  };
+  return cmocka_run_group_tests_name("reaper", tests, NULL, NULL);
+}
