@@ -1,0 +1,92 @@
+#!/bin/sh
+# make bench: BENCH.md's workloads for every backend x strategy, dblock beside
+# the raw-SQL floor measured in the same run. Run inside tests/with-servers.sh
+# (make bench does), which exports the private servers' URLs.
+#
+#   bench/run.sh            full run: 1 s warm-up, 10 s window per measurement
+#   bench/run.sh --quick    smoke run: 0.1 s warm-up, 0.5 s window
+#
+# Prints one table and writes every measurement as JSON lines to
+# build/bench.json. Exits non-zero if any measurement fails its check.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+warmup=1000 window=10000 quick=0
+[ "${1:-}" = "--quick" ] && { warmup=100 window=500 quick=1; }
+bin=${DBLOCK_BENCH_BIN:-build/dblock-bench}
+out=${DBLOCK_BENCH_JSON:-build/bench.json}
+tmp=${DBLOCK_TEST_TMP:-/tmp}
+: >"$out"
+fails=0
+
+field() { # json key
+  printf '%s\n' "$1" | sed -n 's/.*"'"$2"'":"\{0,1\}\([^,"}]*\).*/\1/p'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+measure() { # label url strategy workload clients names mode
+  line=$("$bin" --url "$2" --strategy "$3" --workload "$4" --clients "$5" --names "$6" \
+    --mode "$7" --warmup "$warmup" --window "$window" 2>"$tmp/bench.err") || {
+    echo "bench: $1 $3 $4 $7 failed: $(tail -n 1 "$tmp/bench.err")" >&2
+    line="{\"check\":\"FAIL\"}"
+  }
+  printf '{"backend":"%s",%s\n' "$1" "${line#\{}" >>"$out"
+  [ "$(field "$line" check)" = ok ] || fails=$((fails + 1))
+  printf '%s' "$line"
+}
+
+backends="sqlite-full sqlite-normal postgres mysql"
+printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' backend strategy wl metric dblock floor ratio check
+for be in $backends; do
+  case $be in
+  sqlite-full) url="sqlite://$tmp/bench-full.db" ;;
+  sqlite-normal) url="sqlite://$tmp/bench-normal.db?synchronous=normal" ;;
+  postgres) url=$DBLOCK_TEST_PG_URL ;;
+  mysql) url=$DBLOCK_TEST_MY_URL ;;
+  esac
+  for st in insert for_update optimistic; do
+    for wl in W1 W2 W3 W4-2 W4-8 W4-32; do
+      case $wl in
+      W1) c=1 n=1 ;; W2) c=8 n=1 ;; W3) c=8 n=10000 ;;
+      W4-2) c=2 n=1 ;; W4-8) c=8 n=1 ;; W4-32) c=32 n=1 ;;
+      esac
+      # SQLite with synchronous=NORMAL: the uncontended and contended rows only.
+      [ "$be" = sqlite-normal ] && [ "$wl" != W1 ] && [ "$wl" != W2 ] && continue
+      [ "$quick" = 1 ] && [ "$wl" = W4-32 ] && continue
+      d=$(measure "$be" "$url" "$st" "${wl%%-*}" "$c" "$n" dblock)
+      f=$(measure "$be" "$url" "$st" "${wl%%-*}" "$c" "$n" floor)
+      chk="$(field "$d" check)/$(field "$f" check)"
+      case $wl in
+      W1) for m in grants_per_s cycle_p50_ms cycle_p99_ms; do
+            printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W1 "$m" \
+              "$(field "$d" $m)" "$(field "$f" $m)" "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk"
+          done ;;
+      W2) for m in grants_per_s wait_p99_ms wait_max_ms fairness; do
+            printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W2 "$m" \
+              "$(field "$d" $m)" "$(field "$f" $m)" "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk"
+          done ;;
+      W3) for m in grants_per_s cycle_p50_ms cycle_p99_ms; do
+            printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W3 "$m" \
+              "$(field "$d" $m)" "$(field "$f" $m)" "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk"
+          done ;;
+      W4*) printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W4 \
+             "statements/grant ($c clients)" "$(field "$d" statements_per_grant)" \
+             "$(field "$f" statements_per_grant)" \
+             "$(ratio "$(field "$d" statements_per_grant)" "$(field "$f" statements_per_grant)")" "$chk" ;;
+      esac
+    done
+  done
+  [ "$be" = sqlite-normal ] && continue
+  w5=$(measure "$be" "$url" insert W5 1 1 dblock)
+  printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" insert W5 "rows/s deleted" \
+    "$(field "$w5" rows_per_s)" - - "$(field "$w5" check)"
+  printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" insert W5 "acquire max wait ms" \
+    "$(field "$w5" acquire_max_wait_ms)" - - "live $(field "$w5" live_survived)/1000"
+  mem=$(measure "$be" "$url" insert MEM 1 1 dblock)
+  printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" insert MEM "RSS MB for 10,000 held" \
+    "$(field "$mem" rss_growth_mb)" - - "$(field "$mem" check)"
+done
+echo "figures: $out"
+if [ "$fails" -ne 0 ]; then
+  echo "bench: $fails measurement(s) FAILED their check"
+  exit 1
+fi
