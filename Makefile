@@ -143,7 +143,7 @@ check:
 
 bench:
 	@tests/install-deps.sh
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) -s --no-print-directory all
 	@tests/with-servers.sh sh bench/run.sh $(BENCH_ARGS)
 
 install: all
