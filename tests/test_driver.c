@@ -20,19 +20,11 @@ static void with_password(char *out, size_t n, const char *url, const char *pw) 
   snprintf(out, n, "%.*s:%s%s", (int)(colon - url), url, pw, at);
 }
 
-static const char *server_url(const char *which) {
-  int n;
-  const tu_backend *b = tu_backends(&n);
-  for (int i = 0; i < n; i++)
-    if (strcmp(b[i].name, which) == 0) return b[i].url;
-  return NULL;
-}
-
 static void wrong_password(const char *which) {
   char url[512];
   dblock_client *c = NULL;
   dblock_error_info ei;
-  with_password(url, sizeof url, server_url(which), "Wr0ngPassw0rdXYZ");
+  with_password(url, sizeof url, tu_url(which), "Wr0ngPassw0rdXYZ");
   assert_int_equal(dblock_client_open(&c, url, NULL), DBLOCK_EAUTH);
   dblock_last_error(&ei);
   assert_int_equal(ei.code, DBLOCK_EAUTH);
@@ -71,7 +63,7 @@ static void test_my_closed_port_is_conn(void **s) { (void)s; closed_port_is_conn
 
 static void unknown_database(const char *which) {
   char url[512];
-  const char *base = server_url(which);
+  const char *base = tu_url(which);
   dblock_client *c = NULL;
   int rc;
   snprintf(url, sizeof url, "%.*s/no_such_db_here", (int)(strrchr(base, '/') - base), base);

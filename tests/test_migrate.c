@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "drivers/driver.h"
 #include "testutil.h"
 
 static char table[64];
@@ -17,21 +16,6 @@ static char table[64];
 static void fresh_table(const char *tag) {
   static int n;
   snprintf(table, sizeof table, "mig_%s_%d_%d", tag, (int)getpid(), ++n);
-}
-
-/* Runs raw SQL on url through the driver interface (the test's own
- * backdoor to simulate an edited migration). */
-static void raw(const char *url, const char *sql) {
-  dbl_url u;
-  char why[256];
-  dbl_conn *c;
-  dbl_err e;
-  memset(&e, 0, sizeof e);
-  assert_int_equal(dbl_url_parse(&u, url, why, sizeof why), 0);
-  assert_int_equal(dbl_driver_for(&u)->connect(&c, &u, 5000, &e), 0);
-  if (dbl_driver_for(&u)->script(c, sql, &e) != 0) fail_msg("%s: %s", sql, e.msg);
-  dbl_driver_for(&u)->close(c);
-  dbl_url_free(&u);
 }
 
 static void test_idempotent(void **s) {
@@ -79,7 +63,7 @@ static void test_tamper_detected(void **s) {
     /* As if 0001 had been edited after it was applied. */
     snprintf(sql, sizeof sql, "UPDATE %s_migrations SET checksum = 'deadbeefdeadbeef' WHERE version = 1",
              table);
-    raw(b[i].url, sql);
+    tu_sql(b[i].url, sql, NULL);
     assert_int_equal(dblock_migrate(c, NULL), DBLOCK_EMIGRATE);
     assert_non_null(strstr(tu_errmsg(c), "0001_lock_table.sql"));
     assert_non_null(strstr(tu_errmsg(c), "checksum"));

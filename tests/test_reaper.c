@@ -14,39 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "drivers/driver.h"
 #include "testutil.h"
-
-/* The test's own access to the table, to plant rows in bulk and count them. */
-static void raw(const char *url, const char *sql, int64_t *count) {
-  dbl_url u;
-  char why[256];
-  dbl_conn *c;
-  dbl_err e;
-  dbl_res r;
-  const dbl_driver *d;
-  memset(&e, 0, sizeof e);
-  assert_int_equal(dbl_url_parse(&u, url, why, sizeof why), 0);
-  d = dbl_driver_for(&u);
-  assert_int_equal(d->connect(&c, &u, 5000, &e), 0);
-  if (count) {
-    if (d->query(c, sql, NULL, 0, &r, &e) != 0) fail_msg("%s: %s", sql, e.msg);
-    *count = dbl_res_i64(&r, 0, 0);
-    dbl_res_clear(&r);
-  } else if (d->script(c, sql, &e) != 0) {
-    fail_msg("%s: %s", sql, e.msg);
-  }
-  d->close(c);
-  dbl_url_free(&u);
-}
-
-static const char *url_of(const char *backend) {
-  int n;
-  const tu_backend *b = tu_backends(&n);
-  for (int i = 0; i < n; i++)
-    if (strcmp(b[i].name, backend) == 0) return b[i].url;
-  return NULL;
-}
 
 /* Plants `expired` rows whose lease ended an hour ago and `live` rows held
  * for another hour, named exp-N and live-N, in table t. */
@@ -79,7 +47,7 @@ static void plant(const char *backend, const char *url, const char *t, int expir
                "(strftime('%%s','now') - 7200) * 1000000, "
                "(strftime('%%s','now') %s 3600) * 1000000 FROM g",
                counts[k], t, kinds[k], sign);
-    raw(url, sql, NULL);
+    tu_sql(url, sql, NULL);
   }
 }
 
@@ -89,7 +57,7 @@ static int64_t count_like(const char *backend, const char *url, const char *t,
   int64_t n = -1;
   snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s%s WHERE name LIKE '%s-%%'",
            strcmp(backend, "postgres") == 0 ? "public." : "", t, prefix);
-  raw(url, sql, &n);
+  tu_sql(url, sql, &n);
   return n;
 }
 
@@ -130,7 +98,7 @@ static void *ping(void *arg) {
 }
 
 static void big_pass(const char *backend) {
-  const char *url = url_of(backend);
+  const char *url = tu_url(backend);
   char t[48];
   dblock_client *c, *other;
   pinger p;
@@ -170,7 +138,7 @@ static void test_big_pass_mysql(void **s) { (void)s; big_pass("mysql"); }
 
 /* Two reaper processes at once: every expired row deleted exactly once. */
 static void two_reapers(const char *backend) {
-  const char *url = url_of(backend);
+  const char *url = tu_url(backend);
   char t[48];
   dblock_client *c;
   int fds[2], pipes[2][2];
@@ -246,7 +214,7 @@ static void *reap_now(void *arg) {
  * the renewal wins and the row survives (held), or the reaper wins, the
  * renewal says lost and the callback fires. Never a renewed row deleted. */
 static void race_renewal(const char *backend) {
-  const char *url = url_of(backend);
+  const char *url = tu_url(backend);
   char t[48];
   dblock_options o = DBLOCK_OPTIONS_INIT;
   dblock_client *a, *reaper;
@@ -297,7 +265,7 @@ static void test_race_renewal_mysql(void **s) { (void)s; race_renewal("mysql"); 
 /* The reaper thread deletes expired rows on its interval and stops at once
  * when the client closes, even with a long interval. */
 static void reaper_thread(const char *backend) {
-  const char *url = url_of(backend);
+  const char *url = tu_url(backend);
   char t[48];
   dblock_options o = DBLOCK_OPTIONS_INIT;
   dblock_client *c, *d;

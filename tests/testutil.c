@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include "drivers/driver.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,4 +76,35 @@ const char *tu_name(const char *prefix) {
   snprintf(buf, sizeof buf, "%s-%d-%d-%lld", prefix, (int)getpid(), ++n,
            (long long)tu_now_ms());
   return buf;
+}
+
+const char *tu_url(const char *backend) {
+  int n;
+  const tu_backend *b = tu_backends(&n);
+  for (int i = 0; i < n; i++)
+    if (strcmp(b[i].name, backend) == 0) return b[i].url;
+  fail_msg("no backend named %s", backend);
+  return NULL;
+}
+
+void tu_sql(const char *url, const char *sql, int64_t *count) {
+  dbl_url u;
+  char why[256];
+  dbl_conn *c;
+  dbl_err e;
+  dbl_res r;
+  const dbl_driver *d;
+  memset(&e, 0, sizeof e);
+  if (dbl_url_parse(&u, url, why, sizeof why) != 0) fail_msg("url: %s", why);
+  d = dbl_driver_for(&u);
+  if (d->connect(&c, &u, 5000, &e) != 0) fail_msg("connect: %s", e.msg);
+  if (count) {
+    if (d->query(c, sql, NULL, 0, &r, &e) != 0) fail_msg("%s: %s", sql, e.msg);
+    *count = dbl_res_i64(&r, 0, 0);
+    dbl_res_clear(&r);
+  } else if (d->script(c, sql, &e) != 0) {
+    fail_msg("%s: %s", sql, e.msg);
+  }
+  d->close(c);
+  dbl_url_free(&u);
 }

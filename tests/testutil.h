@@ -39,6 +39,14 @@ void tu_sleep_ms(int64_t ms);
 /* A name unique to this process and call, with a prefix. */
 const char *tu_name(const char *prefix);
 
+/* The URL of a backend by name ("sqlite", "postgres", "mysql"). */
+const char *tu_url(const char *backend);
+
+/* The test's own access to a database, through the driver interface: runs
+ * sql as a script, or, with count, as a query whose first value goes to
+ * *count. Fails the test on error. */
+void tu_sql(const char *url, const char *sql, int64_t *count);
+
 /* The message of the last error on c (or of the thread when c is NULL). */
 const char *tu_errmsg(dblock_client *c);
 
