@@ -5,6 +5,7 @@
 #
 #   bench/run.sh            full run: 1 s warm-up, 10 s window per measurement
 #   bench/run.sh --quick    smoke run: 0.1 s warm-up, 0.5 s window
+#   DBLOCK_BENCH_BACKENDS="postgres mysql" bench/run.sh   only some backends
 #
 # Prints one table and writes every measurement as JSON lines to
 # build/bench.json. Exits non-zero if any measurement fails its check.
@@ -34,7 +35,7 @@ measure() { # label url strategy workload clients names mode
   printf '%s' "$line"
 }
 
-backends="sqlite-full sqlite-normal postgres mysql"
+backends=${DBLOCK_BENCH_BACKENDS:-sqlite-full sqlite-normal postgres mysql}
 printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' backend strategy wl metric dblock floor ratio check
 for be in $backends; do
   case $be in

@@ -13,8 +13,19 @@
 
 #include "driver.h"
 
+#define PG_CACHE 48
+
+/* A server-side prepared statement of this connection. */
+typedef struct pg_prepared {
+  char *sql;     /* the statement as the caller wrote it (with ?) */
+  char name[16]; /* dbl1, dbl2, ... */
+  uint64_t used;
+} pg_prepared;
+
 struct dbl_conn {
   PGconn *pg;
+  pg_prepared cache[PG_CACHE];
+  uint64_t tick, next_name;
   char *secret;       /* password, only to scrub it out of messages */
   uint64_t trips;
   int64_t lock_wait;  /* current lock_timeout in ms, -2 = unknown */
@@ -150,23 +161,66 @@ static int to_pg(const dbl_param *p, int np, const char **vals, int *lens,
 
 #define PG_MAX_PARAMS 24
 
+/* Returns the name of the prepared statement for sql, preparing it (one
+ * round trip) the first time: parsing and planning dblock's statements on
+ * every call cost more server time than the round trip. Only statements
+ * with parameters are prepared. NULL with e set on failure. */
+static const char *prepared(dbl_conn *c, const char *sql, const char *q, int np, dbl_err *e) {
+  pg_prepared *victim = &c->cache[0];
+  PGresult *r;
+  for (int i = 0; i < PG_CACHE; i++) {
+    pg_prepared *k = &c->cache[i];
+    if (k->sql && strcmp(k->sql, sql) == 0) {
+      k->used = ++c->tick;
+      return k->name;
+    }
+    if (!k->sql || k->used < victim->used) victim = k;
+  }
+  free(victim->sql); /* an evicted statement stays on the server, unused */
+  victim->sql = NULL;
+  snprintf(victim->name, sizeof victim->name, "dbl%llu", (unsigned long long)++c->next_name);
+  r = PQprepare(c->pg, victim->name, q, np, NULL);
+  c->trips++;
+  if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+    fail_res(c, r, e);
+    PQclear(r);
+    return NULL;
+  }
+  PQclear(r);
+  if (!(victim->sql = strdup(sql))) {
+    dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+    return NULL;
+  }
+  victim->used = ++c->tick;
+  return victim->name;
+}
+
 static int send_one(dbl_conn *c, const char *sql, const dbl_param *p, int np,
                     int pipelined, PGresult **out, dbl_err *e) {
   const char *vals[PG_MAX_PARAMS];
   int lens[PG_MAX_PARAMS], fmts[PG_MAX_PARAMS];
   char nums[PG_MAX_PARAMS][24];
+  const char *name = NULL;
   char *q;
   int ok;
   if (np > PG_MAX_PARAMS)
     return dbl_err_set(e, DBLOCK_EINVAL, "", 0, "too many parameters");
   to_pg(p, np, vals, lens, fmts, nums);
   if (!(q = rewrite(sql))) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  /* In a pipeline the statement must already be prepared (pg_pipeline
+   * prepares first); outside one, prepare on first use. */
+  if (np > 0 && !(name = prepared(c, sql, q, np, e))) {
+    free(q);
+    return e->code;
+  }
   if (pipelined) {
-    ok = PQsendQueryParams(c->pg, q, np, NULL, vals, lens, fmts, 0);
+    ok = name ? PQsendQueryPrepared(c->pg, name, np, vals, lens, fmts, 0)
+              : PQsendQueryParams(c->pg, q, np, NULL, vals, lens, fmts, 0);
     free(q);
     return ok ? 0 : fail_res(c, NULL, e);
   }
-  *out = PQexecParams(c->pg, q, np, NULL, vals, lens, fmts, 0);
+  *out = name ? PQexecPrepared(c->pg, name, np, vals, lens, fmts, 0)
+              : PQexecParams(c->pg, q, np, NULL, vals, lens, fmts, 0);
   free(q);
   c->trips++;
   return 0;
@@ -198,6 +252,17 @@ static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
   int rc = 0, i;
   PGresult *r;
   if (res) memset(res, 0, sizeof *res);
+  /* Prepare what is not yet prepared, before the pipeline (first use on
+   * this connection only). */
+  for (i = 0; i < n; i++)
+    if (s[i].nparams > 0) {
+      char *q = rewrite(s[i].sql);
+      const char *name;
+      if (!q) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+      name = prepared(c, s[i].sql, q, s[i].nparams, e);
+      free(q);
+      if (!name) return e->code;
+    }
   if (!PQenterPipelineMode(c->pg)) return fail_res(c, NULL, e);
   for (i = 0; i < n && rc == 0; i++)
     rc = send_one(c, s[i].sql, s[i].params, s[i].nparams, 1, NULL, e);
@@ -282,6 +347,7 @@ static uint64_t pg_trips(dbl_conn *c) { return c->trips; }
 
 static void pg_close(dbl_conn *c) {
   if (!c) return;
+  for (int i = 0; i < PG_CACHE; i++) free(c->cache[i].sql);
   if (c->pg) PQfinish(c->pg);
   if (c->secret) {
     memset(c->secret, 0, strlen(c->secret));
