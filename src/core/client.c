@@ -255,7 +255,7 @@ static void pool_close(dblock_client *cl, dbl_pconn *pc) {
   free(pc);
 }
 
-int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
+int dbl_pool_take(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
   dbl_pconn *pc = NULL;
   dbl_pconn **list = txn ? &cl->txn_idle : &cl->idle;
   int *count = txn ? &cl->ntxn_idle : &cl->nidle;
@@ -270,6 +270,14 @@ int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
   if (!pc && (rc = pool_open(cl, &pc, e)) != 0) return rc;
   pc->next = NULL;
   pc->txn = txn;
+  *out = pc;
+  return 0;
+}
+
+int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
+  dbl_pconn *pc;
+  int rc;
+  if ((rc = dbl_pool_take(cl, &pc, txn, e)) != 0) return rc;
   /* A connection opened before the schema existed learns its epoch now. */
   if (pc->fence_base < 0 && (rc = load_epoch(cl, pc, e)) != 0) {
     if (cl->drv->broken(pc->c)) pool_close(cl, pc);

@@ -26,7 +26,6 @@ typedef struct dbl_pconn {
  * it. Guarded by the client's mutex. */
 struct dbl_held {
   struct dbl_held *next;
-  uint64_t id;
   char name[DBLOCK_NAME_MAX + 1];
   size_t name_len;
   int64_t thread;
@@ -75,12 +74,10 @@ struct dblock_client {
                             (for_update), which may keep autocommit off */
   int ntxn_idle;
   uint64_t trips_closed; /* round trips of connections already closed */
-  uint64_t trips_open_base;
   dbl_pconn *all[256];   /* every open connection, for round-trip counts */
   int nall;
 
   struct dbl_held *held;
-  uint64_t next_id;
   struct { uint64_t hash; int64_t version; } vcache[1024]; /* optimistic hints */
   int closing;
   int watchdog_started, reaper_started;
@@ -98,9 +95,13 @@ int dbl_fail(dblock_client *cl, const dbl_err *e);
 int dbl_failf(dblock_client *cl, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Borrows a connection (opening one if none is idle); txn = 1 takes one
- * from the pool reserved for lock transactions. */
+/* Borrows a connection (opening one if none is idle) whose server epoch
+ * is loaded, which needs the lock table; txn = 1 takes one from the pool
+ * reserved for lock transactions. */
 int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e);
+/* Borrows a connection without loading the epoch: for migrations, which
+ * run before the lock table exists. */
+int dbl_pool_take(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e);
 /* Returns a connection; a broken one is closed instead of kept. */
 void dbl_pool_put(dblock_client *cl, dbl_pconn *pc);
 /* Closes a connection that must not be reused (state unknown). */

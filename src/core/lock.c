@@ -81,14 +81,6 @@ static void set_lease_clock(struct dbl_held *h, int64_t sent_ms) {
   h->deadline_ms = sent_ms + h->lease_ms;
 }
 
-static dblock_lock *new_handle(dblock_client *cl, struct dbl_held *h) {
-  dblock_lock *l = calloc(1, sizeof *l);
-  if (!l) return NULL;
-  l->client = cl;
-  l->held = h;
-  return l;
-}
-
 /* One attempt on a borrowed connection. For for_update a grant keeps the
  * connection pinned in h; otherwise it goes back to the pool. */
 static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
@@ -112,13 +104,11 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
     op.version_hint = reentrant ? h->version : hint_get(cl, hash);
   sent = dbl_mono_ms();
   rc = cl->strat->acquire(&op, wait_ms);
-  /* A polling strategy's short server-side wait running out (MySQL
-   * max_statement_time, PostgreSQL lock_timeout) means the row was locked
-   * by someone else: busy, and the caller's own wait policy goes on. */
-  if (!pins && rc == DBLOCK_ETIMEOUT) rc = DBLOCK_EBUSY;
-  /* A deadlock victim (InnoDB 1213, PostgreSQL 40P01) changed nothing:
-   * treat it like busy, and the wait policy tries again. */
-  if (rc == DBLOCK_ERETRY) rc = DBLOCK_EBUSY;
+  /* A server-side lock wait that ran out (PostgreSQL lock_timeout, MySQL
+   * max_statement_time) means the row was locked by someone else, and a
+   * deadlock victim (InnoDB 1213, PostgreSQL 40P01) changed nothing: both
+   * are "busy", and the caller's wait policy decides what happens next. */
+  if (rc == DBLOCK_ETIMEOUT || rc == DBLOCK_ERETRY) rc = DBLOCK_EBUSY;
   if (rc == 0) {
     pthread_mutex_lock(&cl->mu);
     h->fence = op.g.fence;
@@ -142,6 +132,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   struct dbl_held *h, *mine;
   dbl_err e;
   int rc, reentrant = 0, tries = 0;
+  int auto_renew = !cl || !cl->strat->has_lease || lease_ms == 0;
   int64_t thread = dbl_thread_id(), deadline, now;
   int64_t cap_ms;
   uint64_t hash;
@@ -153,6 +144,19 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   if (lease_ms < 0) return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms is negative");
   if (lease_ms > 0 && lease_ms < 100)
     return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms must be at least 100");
+  /* Everything that can fail without touching the database comes first,
+   * so that a grant never has to be undone: the handle, the scratch entry,
+   * and the watchdog (without it a lease would silently run out). */
+  if (!(l = calloc(1, sizeof *l)) || !(h = calloc(1, sizeof *h))) {
+    free(l);
+    return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
+  }
+  l->client = cl;
+  if (auto_renew && (rc = dbl_watchdog_start(cl)) != 0) {
+    free(l);
+    free(h);
+    return dbl_failf(cl, rc, "cannot start the watchdog thread");
+  }
   memset(&e, 0, sizeof e);
   hash = name_hash(name, strlen(name));
 
@@ -160,6 +164,8 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   mine = find_held(cl, name, thread);
   if (mine && cl->opts.non_reentrant) {
     pthread_mutex_unlock(&cl->mu);
+    free(l);
+    free(h);
     return dbl_failf(cl, DBLOCK_EDEADLK,
                      "this thread already holds '%s' and the client is non-reentrant",
                      name);
@@ -169,39 +175,23 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     mine->holds++;
     mine->handles++;
     pthread_mutex_unlock(&cl->mu);
-    if (!(l = new_handle(cl, mine))) {
-      pthread_mutex_lock(&cl->mu);
-      mine->holds--;
-      mine->handles--;
-      pthread_mutex_unlock(&cl->mu);
-      return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
-    }
+    free(h);
+    l->held = mine;
     *out = l;
     return 0;
   }
   if (mine) {
     claim(cl, mine);
     reentrant = 1;
+    *h = *mine; /* the attempt fills this scratch copy */
   }
   pthread_mutex_unlock(&cl->mu);
 
-  /* The attempt fills a scratch entry; on a grant it becomes (or updates)
-   * the registered one. */
-  if (!(h = calloc(1, sizeof *h))) {
-    if (mine) {
-      pthread_mutex_lock(&cl->mu);
-      unclaim(cl, mine);
-      pthread_mutex_unlock(&cl->mu);
-    }
-    return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
-  }
-  if (mine) *h = *mine;
   snprintf(h->name, sizeof h->name, "%s", name);
   h->name_len = strlen(name);
   h->thread = thread;
   h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
-  h->auto_renew = cl->strat->has_lease ? lease_ms == 0 : 1;
-  if (!cl->strat->has_lease) h->lease_ms = 0;
+  h->auto_renew = auto_renew;
 
   deadline = wait_ms > 0 ? dbl_mono_ms() + wait_ms : 0;
   cap_ms = cl->opts.backoff_min_ms;
@@ -235,6 +225,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     if (mine) unclaim(cl, mine);
     pthread_mutex_unlock(&cl->mu);
     free(h);
+    free(l);
     if (rc == DBLOCK_EBUSY)
       return dbl_failf(cl, rc, "lock '%s' is held by another owner", name);
     if (rc == DBLOCK_ETIMEOUT)
@@ -266,30 +257,13 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     h->busy = 0;
     h->lost = 0;
     h->handles = 1;
-    h->id = ++cl->next_id;
     h->next = cl->held;
     cl->held = h;
   }
   pthread_mutex_unlock(&cl->mu);
   if (mine && h != mine) dbl_mark_lost(cl, mine);
-  if (h->auto_renew) {
-    if ((rc = dbl_watchdog_start(cl)) != 0) {
-      /* Without a watchdog the lease would silently run out: refuse. */
-      l = new_handle(cl, h);
-      if (l) dblock_lock_release(l);
-      return dbl_failf(cl, rc, "cannot start the watchdog thread");
-    }
-    dbl_watchdog_kick(cl);
-  }
-  if (!(l = new_handle(cl, h))) {
-    dblock_lock tmp = {cl, h};
-    dblock_lock *t = malloc(sizeof *t);
-    if (t) {
-      *t = tmp;
-      dblock_lock_release(t);
-    }
-    return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
-  }
+  if (h->auto_renew) dbl_watchdog_kick(cl);
+  l->held = h;
   *out = l;
   return 0;
 }

@@ -144,28 +144,8 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
   if (applied_now) *applied_now = 0;
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
   memset(&e, 0, sizeof e);
-  /* A raw connection: the pool's lazy epoch load needs the table. */
-  pthread_mutex_lock(&cl->mu);
-  pc = cl->idle;
-  if (pc) {
-    cl->idle = pc->next;
-    cl->nidle--;
-  }
-  pthread_mutex_unlock(&cl->mu);
-  if (!pc) {
-    if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0 && rc != DBLOCK_ESCHEMA)
-      return dbl_fail(cl, &e);
-    if (rc == DBLOCK_ESCHEMA) { /* got returned to the pool: take it again */
-      pthread_mutex_lock(&cl->mu);
-      pc = cl->idle;
-      if (pc) {
-        cl->idle = pc->next;
-        cl->nidle--;
-      }
-      pthread_mutex_unlock(&cl->mu);
-      if (!pc) return dbl_fail(cl, &e);
-    }
-  }
+  /* Before the lock table exists there is no epoch to load. */
+  if ((rc = dbl_pool_take(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
   /* DDL and the migration lock may wait (for another migrator). */
   if ((rc = cl->drv->set_lock_wait(pc->c, -1, &e)) != 0) goto out;
   if ((rc = lock_migrations(cl, pc->c, &e)) != 0) goto out;
@@ -236,19 +216,13 @@ int dblock_migrate_status(dblock_migration_info **out, size_t *count,
   *out = NULL;
   *count = 0;
   memset(&e, 0, sizeof e);
-  if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) {
-    if (rc != DBLOCK_ESCHEMA) return dbl_fail(cl, &e);
-    /* No lock table yet: everything is pending. */
-    for (int i = 0; i < dbl_migrations_count; i++)
-      n += strcmp(dbl_migrations[i].backend, cl->drv->name) == 0;
-    pc = NULL;
-  } else {
-    rc = read_applied(cl, pc->c, &done, &ndone, &e);
-    dbl_pool_put(cl, pc);
-    if (rc) return dbl_fail(cl, &e);
-    for (int i = 0; i < dbl_migrations_count; i++)
-      n += strcmp(dbl_migrations[i].backend, cl->drv->name) == 0;
-  }
+  if ((rc = dbl_pool_take(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  /* A missing tracking table reads as "nothing applied". */
+  rc = read_applied(cl, pc->c, &done, &ndone, &e);
+  dbl_pool_put(cl, pc);
+  if (rc) return dbl_fail(cl, &e);
+  for (int i = 0; i < dbl_migrations_count; i++)
+    n += strcmp(dbl_migrations[i].backend, cl->drv->name) == 0;
   if (!(info = calloc(n ? n : 1, sizeof *info))) {
     free(done);
     return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");

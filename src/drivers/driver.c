@@ -97,3 +97,43 @@ void dbl_err_scrub(dbl_err *e, const char *secret) {
     memmove(hit + rl, hit + sl, strlen(hit + sl) + 1);
   }
 }
+
+void *dbl_cache_get(dbl_stmt_cache *k, const char *sql) {
+  for (size_t i = 0; i < sizeof k->slot / sizeof k->slot[0]; i++)
+    if (k->slot[i].sql && strcmp(k->slot[i].sql, sql) == 0) {
+      k->slot[i].used = ++k->tick;
+      return k->slot[i].stmt;
+    }
+  return NULL;
+}
+
+int dbl_cache_put(dbl_stmt_cache *k, const char *sql, void *stmt, void **evicted) {
+  size_t v = 0;
+  char *copy = strdup(sql);
+  *evicted = NULL;
+  if (!copy) return DBLOCK_ENOMEM;
+  for (size_t i = 0; i < sizeof k->slot / sizeof k->slot[0]; i++) {
+    if (!k->slot[i].sql) {
+      v = i;
+      break;
+    }
+    if (k->slot[i].used < k->slot[v].used) v = i;
+  }
+  if (k->slot[v].sql) {
+    *evicted = k->slot[v].stmt;
+    free(k->slot[v].sql);
+  }
+  k->slot[v].sql = copy;
+  k->slot[v].stmt = stmt;
+  k->slot[v].used = ++k->tick;
+  return 0;
+}
+
+void dbl_cache_clear(dbl_stmt_cache *k, void (*drop)(void *stmt)) {
+  for (size_t i = 0; i < sizeof k->slot / sizeof k->slot[0]; i++)
+    if (k->slot[i].sql) {
+      drop(k->slot[i].stmt);
+      free(k->slot[i].sql);
+      k->slot[i].sql = NULL;
+    }
+}

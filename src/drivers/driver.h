@@ -144,6 +144,23 @@ int dbl_err_set(dbl_err *e, int code, const char *sqlstate, int native,
                 const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* A connection's cache of prepared statements, keyed by SQL text; the
+ * least recently used one is evicted when it is full. stmt is the
+ * driver's handle (MYSQL_STMT *, sqlite3_stmt *, a PostgreSQL name). */
+typedef struct dbl_stmt_cache {
+  struct { char *sql; void *stmt; uint64_t used; } slot[48];
+  uint64_t tick;
+} dbl_stmt_cache;
+
+/* The cached handle for sql, or NULL. */
+void *dbl_cache_get(dbl_stmt_cache *k, const char *sql);
+/* Stores (a copy of) sql with stmt. If the cache was full, *evicted
+ * receives the handle the caller must free (else NULL). ENOMEM leaves
+ * the cache unchanged and stmt not stored. */
+int dbl_cache_put(dbl_stmt_cache *k, const char *sql, void *stmt, void **evicted);
+/* Calls drop on every cached handle and empties the cache. */
+void dbl_cache_clear(dbl_stmt_cache *k, void (*drop)(void *stmt));
+
 /* Replaces every occurrence of secret (a password) in e->msg by "***".
  * Drivers call it on every message built from backend text. */
 void dbl_err_scrub(dbl_err *e, const char *secret);

@@ -18,24 +18,17 @@
 
 #include "driver.h"
 
-#define MY_CACHE 32
 #define MY_MAX_PARAMS 24
 #define MY_BUF 320 /* names, hosts and numbers fit; longer values are refetched */
-
-typedef struct cached {
-  char *sql;
-  MYSQL_STMT *st;
-  uint64_t used;
-} cached;
 
 struct dbl_conn {
   MYSQL *my;
   char *secret;
-  uint64_t trips, tick;
+  uint64_t trips;
   int broken;
   int64_t lock_wait; /* ms currently set, -2 = unknown */
   int autocommit;    /* 1 on (the default), 0 off, -1 unknown */
-  cached cache[MY_CACHE];
+  dbl_stmt_cache cache;
 };
 
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
@@ -81,25 +74,15 @@ static int fail_st(dbl_conn *c, MYSQL_STMT *st, dbl_err *e) {
                  mysql_stmt_error(st), e);
 }
 
+static void close_stmt(void *st) { mysql_stmt_close(st); }
+
 /* Returns the cached prepared statement for sql, preparing it (one round
- * trip) the first time. Evicts the least recently used when full. */
+ * trip) the first time. */
 static MYSQL_STMT *prepare(dbl_conn *c, const char *sql, dbl_err *e) {
-  cached *victim = &c->cache[0];
-  for (int i = 0; i < MY_CACHE; i++) {
-    cached *k = &c->cache[i];
-    if (k->sql && strcmp(k->sql, sql) == 0) {
-      k->used = ++c->tick;
-      return k->st;
-    }
-    if (!k->sql || k->used < victim->used) victim = k;
-  }
-  if (victim->sql) {
-    mysql_stmt_close(victim->st);
-    free(victim->sql);
-    victim->sql = NULL;
-  }
-  MYSQL_STMT *st = mysql_stmt_init(c->my);
-  if (!st) {
+  MYSQL_STMT *st = dbl_cache_get(&c->cache, sql);
+  void *evicted;
+  if (st) return st;
+  if (!(st = mysql_stmt_init(c->my))) {
     fail_my(c, e);
     return NULL;
   }
@@ -109,13 +92,12 @@ static MYSQL_STMT *prepare(dbl_conn *c, const char *sql, dbl_err *e) {
     mysql_stmt_close(st);
     return NULL;
   }
-  if (!(victim->sql = strdup(sql))) {
+  if (dbl_cache_put(&c->cache, sql, st, &evicted)) {
     mysql_stmt_close(st);
     dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
     return NULL;
   }
-  victim->st = st;
-  victim->used = ++c->tick;
+  if (evicted) mysql_stmt_close(evicted);
   return st;
 }
 
@@ -327,11 +309,7 @@ static uint64_t my_trips(dbl_conn *c) { return c->trips; }
 
 static void my_close(dbl_conn *c) {
   if (!c) return;
-  for (int i = 0; i < MY_CACHE; i++)
-    if (c->cache[i].sql) {
-      mysql_stmt_close(c->cache[i].st);
-      free(c->cache[i].sql);
-    }
+  dbl_cache_clear(&c->cache, close_stmt);
   if (c->my) mysql_close(c->my);
   if (c->secret) {
     memset(c->secret, 0, strlen(c->secret));

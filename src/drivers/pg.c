@@ -13,19 +13,10 @@
 
 #include "driver.h"
 
-#define PG_CACHE 48
-
-/* A server-side prepared statement of this connection. */
-typedef struct pg_prepared {
-  char *sql;     /* the statement as the caller wrote it (with ?) */
-  char name[16]; /* dbl1, dbl2, ... */
-  uint64_t used;
-} pg_prepared;
-
 struct dbl_conn {
   PGconn *pg;
-  pg_prepared cache[PG_CACHE];
-  uint64_t tick, next_name;
+  dbl_stmt_cache cache; /* stmt: the statement's name, malloc'd */
+  uint64_t next_name;
   char *secret;       /* password, only to scrub it out of messages */
   uint64_t trips;
   int64_t lock_wait;  /* current lock_timeout in ms, -2 = unknown */
@@ -166,33 +157,31 @@ static int to_pg(const dbl_param *p, int np, const char **vals, int *lens,
  * every call cost more server time than the round trip. Only statements
  * with parameters are prepared. NULL with e set on failure. */
 static const char *prepared(dbl_conn *c, const char *sql, const char *q, int np, dbl_err *e) {
-  pg_prepared *victim = &c->cache[0];
+  char *name = dbl_cache_get(&c->cache, sql);
+  void *evicted;
   PGresult *r;
-  for (int i = 0; i < PG_CACHE; i++) {
-    pg_prepared *k = &c->cache[i];
-    if (k->sql && strcmp(k->sql, sql) == 0) {
-      k->used = ++c->tick;
-      return k->name;
-    }
-    if (!k->sql || k->used < victim->used) victim = k;
+  if (name) return name;
+  if (!(name = malloc(24))) {
+    dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+    return NULL;
   }
-  free(victim->sql); /* an evicted statement stays on the server, unused */
-  victim->sql = NULL;
-  snprintf(victim->name, sizeof victim->name, "dbl%llu", (unsigned long long)++c->next_name);
-  r = PQprepare(c->pg, victim->name, q, np, NULL);
+  snprintf(name, 24, "dbl%llu", (unsigned long long)++c->next_name);
+  r = PQprepare(c->pg, name, q, np, NULL);
   c->trips++;
   if (PQresultStatus(r) != PGRES_COMMAND_OK) {
     fail_res(c, r, e);
     PQclear(r);
+    free(name);
     return NULL;
   }
   PQclear(r);
-  if (!(victim->sql = strdup(sql))) {
+  if (dbl_cache_put(&c->cache, sql, name, &evicted)) {
+    free(name);
     dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
     return NULL;
   }
-  victim->used = ++c->tick;
-  return victim->name;
+  free(evicted); /* an evicted statement stays on the server, unused */
+  return name;
 }
 
 static int send_one(dbl_conn *c, const char *sql, const dbl_param *p, int np,
@@ -347,7 +336,7 @@ static uint64_t pg_trips(dbl_conn *c) { return c->trips; }
 
 static void pg_close(dbl_conn *c) {
   if (!c) return;
-  for (int i = 0; i < PG_CACHE; i++) free(c->cache[i].sql);
+  dbl_cache_clear(&c->cache, free);
   if (c->pg) PQfinish(c->pg);
   if (c->secret) {
     memset(c->secret, 0, strlen(c->secret));

@@ -14,21 +14,13 @@
 
 #include "driver.h"
 
-#define LITE_CACHE 32
-
-typedef struct cached {
-  char *sql;
-  sqlite3_stmt *st;
-  uint64_t used;
-} cached;
-
 struct dbl_conn {
   sqlite3 *db;
-  uint64_t trips, tick;
+  uint64_t trips;
   int64_t lock_wait; /* ms, -1 = forever */
   int64_t busy_since_us;
   int broken;
-  cached cache[LITE_CACHE];
+  dbl_stmt_cache cache;
 };
 
 static int64_t wall_us(void) {
@@ -81,34 +73,23 @@ static int fail(dbl_conn *c, dbl_err *e) {
   return dbl_err_set(e, code, st, ext, "%s", msg);
 }
 
+static void finalize_stmt(void *st) { sqlite3_finalize(st); }
+
+/* Returns the cached statement for sql, compiling it the first time. */
 static sqlite3_stmt *prepare(dbl_conn *c, const char *sql, dbl_err *e) {
-  cached *victim = &c->cache[0];
-  sqlite3_stmt *st = NULL;
-  for (int i = 0; i < LITE_CACHE; i++) {
-    cached *k = &c->cache[i];
-    if (k->sql && strcmp(k->sql, sql) == 0) {
-      k->used = ++c->tick;
-      return k->st;
-    }
-    if (!k->sql || k->used < victim->used) victim = k;
-  }
-  if (sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) !=
-      SQLITE_OK) {
+  sqlite3_stmt *st = dbl_cache_get(&c->cache, sql);
+  void *evicted;
+  if (st) return st;
+  if (sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
     fail(c, e);
     return NULL;
   }
-  if (victim->sql) {
-    sqlite3_finalize(victim->st);
-    free(victim->sql);
-  }
-  if (!(victim->sql = strdup(sql))) {
+  if (dbl_cache_put(&c->cache, sql, st, &evicted)) {
     sqlite3_finalize(st);
-    victim->st = NULL;
     dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
     return NULL;
   }
-  victim->st = st;
-  victim->used = ++c->tick;
+  if (evicted) sqlite3_finalize(evicted);
   return st;
 }
 
@@ -268,11 +249,7 @@ static uint64_t lite_trips(dbl_conn *c) { return c->trips; }
 
 static void lite_close(dbl_conn *c) {
   if (!c) return;
-  for (int i = 0; i < LITE_CACHE; i++)
-    if (c->cache[i].sql) {
-      sqlite3_finalize(c->cache[i].st);
-      free(c->cache[i].sql);
-    }
+  dbl_cache_clear(&c->cache, finalize_stmt);
   sqlite3_close_v2(c->db);
   free(c);
 }

@@ -168,10 +168,8 @@ static int for_update_acquire(dbl_op *op, int64_t wait_ms) {
     op->g.expires_us = 0;
     return 0;
   }
-  /* A lock wait that ran out (PostgreSQL 55P03, InnoDB 1205 or
-   * max_statement_time 1969, SQLITE_BUSY) means busy. The transaction may
-   * still be open (or aborted): end it. */
-  if (rc == DBLOCK_ETIMEOUT) rc = DBLOCK_EBUSY;
+  /* Busy, a lock wait that ran out, or an error: the transaction may still
+   * be open (or aborted), so end it. The core reads a timeout as busy. */
   end_txn(op);
   return rc;
 }
