@@ -329,6 +329,7 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
   dbl_res r;
   dbl_param p[3];
   int rc = 0, retries = 0;
+  unsigned seed = (unsigned)dbl_mono_ms() ^ (unsigned)dbl_thread_id();
   int64_t total = 0;
   if (deleted) *deleted = 0;
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
@@ -350,8 +351,14 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
     rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_REAP, MY_REAP, LITE_REAP)), p, n,
                         &r, &e);
     /* Two reapers (or a reaper and a renewal) can deadlock in InnoDB; the
-     * victim's batch was rolled back whole, so it is simply run again. */
-    if (rc == DBLOCK_ERETRY && ++retries < 10) continue;
+     * victim's batch was rolled back whole, so it is run again — after a
+     * random pause, or two reapers working the same rows would keep
+     * colliding in lockstep. */
+    if (rc == DBLOCK_ERETRY && ++retries < 50) {
+      struct timespec pause = {0, (long)(1 + rand_r(&seed) % 20) * 1000000L};
+      nanosleep(&pause, NULL);
+      continue;
+    }
     if (rc) break;
     int64_t got = r.affected;
     dbl_res_clear(&r);
