@@ -51,7 +51,7 @@ LIB_OBJ   := $(patsubst src/%.c,$(B)/obj/%.o,$(LIB_SRC)) $(B)/obj/migrations.o
 MIGRATIONS := $(wildcard migrations/*/*.sql)
 
 PROGRAMS  := $(B)/dblock $(B)/dblock-bank $(B)/dblock-reaper
-TESTS     := $(B)/test_url $(B)/test_driver $(B)/test_migrate $(B)/test_conformance \
+TESTS     := $(B)/test_url $(B)/test_driver $(B)/test_migrate $(B)/test_conformance $(B)/test_faults \
              $(B)/test_contention $(B)/test_bank $(B)/test_cli $(B)/test_reaper
 HELPERS   :=
 

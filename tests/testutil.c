@@ -71,11 +71,14 @@ void tu_sleep_ms(int64_t ms) {
 }
 
 const char *tu_name(const char *prefix) {
-  static _Thread_local char buf[128];
+  /* A ring, so a test can keep several names at once. */
+  static _Thread_local char buf[16][128];
+  static _Thread_local int slot;
   static int n;
-  snprintf(buf, sizeof buf, "%s-%d-%d-%lld", prefix, (int)getpid(), ++n,
+  char *out = buf[slot++ % 16];
+  snprintf(out, sizeof buf[0], "%s-%d-%d-%lld", prefix, (int)getpid(), ++n,
            (long long)tu_now_ms());
-  return buf;
+  return out;
 }
 
 const char *tu_url(const char *backend) {

@@ -36,7 +36,8 @@ void tu_migrate(dblock_client *c);
 
 int64_t tu_now_ms(void);
 void tu_sleep_ms(int64_t ms);
-/* A name unique to this process and call, with a prefix. */
+/* A name unique to this process and call, with a prefix; the last 16 per
+ * thread stay valid. */
 const char *tu_name(const char *prefix);
 
 /* The URL of a backend by name ("sqlite", "postgres", "mysql"). */

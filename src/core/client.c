@@ -223,6 +223,8 @@ static int load_epoch(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
 
 /* ---- Pool -------------------------------------------------------------- */
 
+static void pool_close_one(dblock_client *cl, dbl_pconn *pc);
+
 static int pool_open(dblock_client *cl, dbl_pconn **out, dbl_err *e) {
   dbl_pconn *pc = calloc(1, sizeof *pc);
   int rc;
@@ -242,7 +244,33 @@ static int pool_open(dblock_client *cl, dbl_pconn **out, dbl_err *e) {
   return 0;
 }
 
+/* Closes pc. When pc died (server restart, connection cut) the idle
+ * connections most likely died with it: they are closed too, so the next
+ * calls open fresh ones instead of each failing once on a dead socket. */
 static void pool_close(dblock_client *cl, dbl_pconn *pc) {
+  dbl_pconn *stale = NULL;
+  if (cl->drv->broken(pc->c)) {
+    pthread_mutex_lock(&cl->mu);
+    stale = cl->idle;
+    cl->idle = NULL;
+    cl->nidle = 0;
+    for (dbl_pconn *t = cl->txn_idle, *next; t; t = next) {
+      next = t->next;
+      t->next = stale;
+      stale = t;
+    }
+    cl->txn_idle = NULL;
+    cl->ntxn_idle = 0;
+    pthread_mutex_unlock(&cl->mu);
+  }
+  for (dbl_pconn *next; stale; stale = next) {
+    next = stale->next;
+    pool_close_one(cl, stale);
+  }
+  pool_close_one(cl, pc);
+}
+
+static void pool_close_one(dblock_client *cl, dbl_pconn *pc) {
   pthread_mutex_lock(&cl->mu);
   for (int i = 0; i < cl->nall; i++)
     if (cl->all[i] == pc) {
@@ -267,6 +295,10 @@ int dbl_pool_take(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
     (*count)--;
   }
   pthread_mutex_unlock(&cl->mu);
+  if (pc && cl->drv->idle_alive && !cl->drv->idle_alive(pc->c)) {
+    pool_close(cl, pc); /* closed by the server: so are its idle siblings */
+    pc = NULL;
+  }
   if (!pc && (rc = pool_open(cl, &pc, e)) != 0) return rc;
   pc->next = NULL;
   pc->txn = txn;

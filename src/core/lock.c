@@ -278,6 +278,15 @@ static void drop_held(dblock_client *cl, struct dbl_held *h) {
   free(h);
 }
 
+/* One owner-checked release statement; a deadlock victim changed nothing,
+ * so it runs again. */
+static int release_once(dblock_client *cl, dbl_op *op, int final) {
+  int rc, tries = 0;
+  while ((rc = cl->strat->release(op, final)) == DBLOCK_ERETRY && tries++ < 5) {
+  }
+  return rc;
+}
+
 int dblock_lock_release(dblock_lock *l) {
   dblock_client *cl;
   struct dbl_held *h;
@@ -303,12 +312,26 @@ int dblock_lock_release(dblock_lock *l) {
     if (h->pinned) pc = h->pinned;
     else rc = dbl_pool_get(cl, &pc, 0, &e);
     if (rc == 0) {
+      int64_t sent = dbl_mono_ms();
       dbl_op_init(&op, cl, pc, h, &e);
       op.reentrant = !final;
-      /* Deadlock victims changed nothing; the owner-checked release is
-       * safe to run again. */
-      for (int tries = 0; (rc = cl->strat->release(&op, final)) == DBLOCK_ERETRY && tries < 5;
-           tries++) {
+      rc = release_once(cl, &op, final);
+      /* (for_update reports a dead session at COMMIT as lost: nobody can
+       * tell whether it died before the COMMIT or after it.) */
+      if (rc == DBLOCK_ECONN && !h->pinned) {
+        /* The reply was lost: the release may or may not have run. Ask
+         * again on a fresh connection, by owner: still ours means it did
+         * not run (this run frees it); gone means it ran, unless the lease
+         * had already run out when it was sent (then it may have been
+         * taken over before: lost). */
+        dbl_pool_discard(cl, pc);
+        pc = NULL;
+        if (dbl_pool_get(cl, &pc, 0, &e) == 0) {
+          dbl_op_init(&op, cl, pc, h, &e);
+          op.reentrant = !final;
+          rc = release_once(cl, &op, final);
+          if (rc == DBLOCK_ELOST && (h->lease_ms <= 0 || sent < h->deadline_ms)) rc = 0;
+        }
       }
       if (rc == 0) h->version = op.g.version;
       if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
@@ -319,6 +342,8 @@ int dblock_lock_release(dblock_lock *l) {
           if (rc == 0) dbl_pool_put(cl, pc);
           else dbl_pool_discard(cl, pc); /* transaction state unknown */
         }
+      } else if (!pc) {
+        /* no fresh connection for the second look: rc is ECONN */
       } else if (cl->drv->broken(pc->c)) {
         dbl_pool_discard(cl, pc);
       } else {
@@ -351,6 +376,15 @@ int dblock_lock_release(dblock_lock *l) {
   return 0;
 }
 
+/* One owner-checked renewal; a deadlock victim (racing a reaper) was
+ * rolled back whole, so it runs again. */
+static int renew_once(dblock_client *cl, dbl_op *op) {
+  int rc, tries = 0;
+  while ((rc = cl->strat->renew(op)) == DBLOCK_ERETRY && tries++ < 5) {
+  }
+  return rc;
+}
+
 /* Renews h now (used by dblock_lock_renew and by the watchdog). Caller has
  * claimed h. Returns 0, DBLOCK_ELOST, or an error whose outcome is unknown
  * (the caller decides by the local deadline). */
@@ -361,9 +395,15 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
   int64_t sent = dbl_mono_ms();
   if (!pc && (rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
   dbl_op_init(&op, cl, pc, h, e);
-  /* A renewal chosen as a deadlock victim (racing a reaper) was rolled
-   * back whole: run it again. */
-  for (int tries = 0; (rc = cl->strat->renew(&op)) == DBLOCK_ERETRY && tries < 5; tries++) {
+  rc = renew_once(cl, &op);
+  if (rc == DBLOCK_ECONN && !h->pinned) {
+    /* The reply was lost (or the pooled connection had died): the renewal
+     * is keyed by owner and fence, so running it again on a fresh
+     * connection reports the true state — renewed, or lost. */
+    dbl_pool_discard(cl, pc);
+    if ((rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
+    dbl_op_init(&op, cl, pc, h, e);
+    rc = renew_once(cl, &op);
   }
   if (!h->pinned) {
     if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);

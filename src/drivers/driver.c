@@ -4,6 +4,7 @@
  */
 #include "driver.h"
 
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,4 +137,10 @@ void dbl_cache_clear(dbl_stmt_cache *k, void (*drop)(void *stmt)) {
       free(k->slot[i].sql);
       k->slot[i].sql = NULL;
     }
+}
+
+int dbl_fd_readable(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (fd < 0) return 1;
+  return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }

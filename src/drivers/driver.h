@@ -104,6 +104,13 @@ typedef struct dbl_driver {
   /* 1 if the connection is known to be broken (no round trip). */
   int (*broken)(dbl_conn *c);
 
+  /* Called before an idle pooled connection is reused: 0 if the server
+   * has closed it meanwhile (restart, idle timeout, killed session), seen
+   * without a round trip because the socket became readable while no
+   * request was out; the connection is then marked broken. NULL for an
+   * embedded backend. */
+  int (*idle_alive)(dbl_conn *c);
+
   /* Round trips sent on this connection so far. */
   uint64_t (*round_trips)(dbl_conn *c);
 
@@ -164,5 +171,10 @@ void dbl_cache_clear(dbl_stmt_cache *k, void (*drop)(void *stmt));
 /* Replaces every occurrence of secret (a password) in e->msg by "***".
  * Drivers call it on every message built from backend text. */
 void dbl_err_scrub(dbl_err *e, const char *secret);
+
+/* 1 if socket fd has something to read (data, EOF or an error) right now.
+ * On an idle database connection that means the server spoke unasked —
+ * in practice, that it is closing the connection. */
+int dbl_fd_readable(int fd);
 
 #endif

@@ -305,6 +305,13 @@ static int my_set_autocommit(dbl_conn *c, int on, dbl_err *e) {
 }
 
 static int my_broken(dbl_conn *c) { return c->broken; }
+
+/* MariaDB sends nothing to an idle connection except its last words
+ * (an error packet before closing it, or just the close). */
+static int my_idle_alive(dbl_conn *c) {
+  if (!c->broken && dbl_fd_readable((int)mysql_get_socket(c->my))) c->broken = 1;
+  return !c->broken;
+}
 static uint64_t my_trips(dbl_conn *c) { return c->trips; }
 
 static void my_close(dbl_conn *c) {
@@ -376,6 +383,7 @@ const dbl_driver dbl_driver_mysql = {
     .rollback = my_rollback,
     .now_us = my_now_us,
     .broken = my_broken,
+    .idle_alive = my_idle_alive,
     .round_trips = my_trips,
     .set_lock_wait = my_set_lock_wait,
     .set_autocommit = my_set_autocommit,

@@ -20,6 +20,7 @@ struct dbl_conn {
   char *secret;       /* password, only to scrub it out of messages */
   uint64_t trips;
   int64_t lock_wait;  /* current lock_timeout in ms, -2 = unknown */
+  int dead;           /* closed by the server while idle */
 };
 
 /* Maps a SQLSTATE to a dblock code (BACKENDS.md's table). */
@@ -331,7 +332,15 @@ static int pg_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
   return rc;
 }
 
-static int pg_broken(dbl_conn *c) { return PQstatus(c->pg) == CONNECTION_BAD; }
+static int pg_broken(dbl_conn *c) { return c->dead || PQstatus(c->pg) == CONNECTION_BAD; }
+
+/* An idle dblock connection never LISTENs, so anything the server sends
+ * unasked is its goodbye (or, rarely, a parameter change after a reload:
+ * then one reconnect is the price). */
+static int pg_idle_alive(dbl_conn *c) {
+  if (!c->dead && dbl_fd_readable(PQsocket(c->pg))) c->dead = 1;
+  return !pg_broken(c);
+}
 static uint64_t pg_trips(dbl_conn *c) { return c->trips; }
 
 static void pg_close(dbl_conn *c) {
@@ -443,6 +452,7 @@ const dbl_driver dbl_driver_pg = {
     .rollback = pg_rollback,
     .now_us = pg_now_us,
     .broken = pg_broken,
+    .idle_alive = pg_idle_alive,
     .round_trips = pg_trips,
     .set_lock_wait = pg_set_lock_wait,
     .set_autocommit = pg_set_autocommit,
