@@ -36,7 +36,8 @@ extern "C" {
 #define DBLOCK_VERSION_STRING "0.1.0"
 
 /* Longest lock name, in bytes. Names are 1..DBLOCK_NAME_MAX bytes of valid
- * UTF-8 and are compared as exact bytes: "a", "A" and "a " are three names. */
+ * UTF-8 and are compared as exact bytes: "a", "A" and "a " are three names.
+ * A name is a C string: an embedded NUL ends it. */
 #define DBLOCK_NAME_MAX 255
 
 /* ---- Status codes ------------------------------------------------------ */

@@ -47,6 +47,35 @@ static const char *PG_PROBE =
 static const char *MY_PROBE =
     "SELECT 1 FROM ${table} WHERE name = ? LOCK IN SHARE MODE SKIP LOCKED";
 
+/* PostgreSQL: the session holding a for_update row, found through the
+ * row's locker, and the holder it published (see for_update.c). */
+static const char *PG_HOLDER =
+    "SELECT a.application_name, (extract(epoch FROM a.xact_start) * 1000000)::int8 "
+    "FROM pg_stat_activity a JOIN ${schema}.${table} t ON a.backend_xid = t.xmax "
+    "WHERE t.name = ? AND a.application_name LIKE 'dblock %'";
+
+/* Fills the holder of a held PostgreSQL for_update lock from the session
+ * that holds it; leaves o untouched if that session is not visible (a
+ * role that may not see other roles' sessions, or the lock just ended). */
+static int pg_holder(dblock_client *cl, dbl_conn *c, dblock_lock_info *o, dbl_err *e) {
+  dbl_param p = DBL_STR(o->name);
+  dbl_res r;
+  long long fence, pid, thread;
+  int host_at = 0, rc;
+  const char *v;
+  if ((rc = cl->drv->query(c, dbl_sql(cl, PG_HOLDER), &p, 1, &r, e)) != 0) return rc;
+  if (r.nrows == 1 && (v = dbl_res_get(&r, 0, 0)) &&
+      sscanf(v, "dblock %lld %lld %lld %n", &fence, &pid, &thread, &host_at) == 3 && host_at) {
+    o->fence = fence;
+    o->owner_pid = pid;
+    o->owner_thread = thread;
+    snprintf(o->owner_host, sizeof o->owner_host, "%s", v + host_at);
+    o->acquired_at_us = dbl_res_i64(&r, 0, 1);
+  }
+  dbl_res_clear(&r);
+  return 0;
+}
+
 static void fill_info(dblock_lock_info *o, const dbl_res *r, int i) {
   const char *v;
   memset(o, 0, sizeof *o);
@@ -94,13 +123,15 @@ static int probe_for_update(dblock_client *cl, dbl_conn *c, dblock_lock_info *o,
     dbl_res_clear(&r);
   }
   if (o->held && cl->drv->dialect != DBL_MY) {
-    /* MariaDB read the holder's uncommitted columns (see dirty_read); the
-     * others can only say that someone holds it. */
+    /* MariaDB read the holder's uncommitted columns (see dirty_read). The
+     * committed ones describe an earlier holder: clear them, then fill in
+     * what the holding session published (PostgreSQL, SQLite). */
     o->owner_host[0] = 0;
     o->owner_pid = o->owner_thread = 0;
     o->owner_token[0] = 0;
     o->fence = 0;
     o->acquired_at_us = 0;
+    if (cl->drv->dialect == DBL_PG && (rc = pg_holder(cl, c, o, e)) != 0) return rc;
   }
   if (!o->held) o->hold_count = 0;
   else if (cl->drv->dialect != DBL_MY) o->hold_count = 1;

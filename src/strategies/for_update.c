@@ -12,8 +12,13 @@
  *
  * The holder columns (and the holding session's id) are written inside the
  * transaction. Introspection finds a held lock by probing its row lock;
- * on MariaDB it reads the holder uncommitted (READ UNCOMMITTED), while
- * PostgreSQL and SQLite have no dirty reads, so there only "held" shows.
+ * on MariaDB it reads the holder uncommitted (READ UNCOMMITTED).
+ * PostgreSQL has no dirty reads, so the grant also publishes the holder
+ * in its session's application_name ("dblock FENCE PID THREAD HOST", cut
+ * at 63 bytes), SET LOCAL from the UPDATE's RETURNING: no extra statement,
+ * visible in pg_stat_activity at once, reverted by COMMIT/ROLLBACK.
+ * Introspection finds that session through the row's locker (xmax =
+ * backend_xid). SQLite: see LITE_TAKE.
  *
  * SQLite: the transaction is BEGIN IMMEDIATE, which locks the whole
  * database file for writing while held: one for_update lock at a time per
@@ -29,7 +34,9 @@ static const char *PG_TAKE =
     "version = version + 1, hold_count = 1, owner_host = ?, owner_pid = ?::int8, "
     "owner_thread = ?::int8, owner_token = ?, acquired_at = statement_timestamp(), "
     "renewed_at = statement_timestamp(), expires_at = NULL, owner_session = pg_backend_pid() "
-    "WHERE name = ? AND strategy = 'for_update' RETURNING fence";
+    "WHERE name = ? AND strategy = 'for_update' "
+    "RETURNING fence, set_config('application_name', left('dblock ' || fence || ' ' || "
+    "owner_pid || ' ' || owner_thread || ' ' || owner_host, 63), true)";
 static const char *MY_TAKE =
     "UPDATE ${table} SET "
     "fence = LAST_INSERT_ID(GREATEST(fence + 1, ? + NEXTVAL(${table}_fence_seq))), "
