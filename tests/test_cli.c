@@ -942,10 +942,7 @@ static void t_busy(const char *be) {
 static void t_keeps_lock(const char *be, const char *st) {
   const tu_backend *b = migrated(be);
   const char *name = tname("keep");
-  /* A held for_update lock's fence is visible to other sessions on MariaDB
-   * (dirty read) and PostgreSQL (published by the holding session); on
-   * SQLite only "held" can be checked. */
-  int fu = strcmp(st, "for_update") == 0 && strcmp(be, "sqlite") == 0;
+
   int fu_any = strcmp(st, "for_update") == 0;
   holder h = hold(b, st, name, "1s",
                   READY "sleep 3.5");
@@ -969,7 +966,7 @@ static void t_keeps_lock(const char *be, const char *st) {
                            (long long)(tu_now_ms() - t_ready));
     if (strcmp(si.strategy, st) != 0)
       fail_msg("[%s %s] status shows strategy %s", be, st, si.strategy);
-    if (!fu && si.fence != h.fence)
+    if (si.fence != h.fence)
       fail_msg("[%s %s] DBLOCK_FENCE=%lld but `dblock status` shows fence %lld", be, st,
                h.fence, si.fence);
     if (!fu_any) {

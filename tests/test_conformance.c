@@ -431,10 +431,9 @@ static void test_introspection(void **s) {
   assert_int_equal(dblock_lock_inspect(&info, b, name), 0);
   assert_string_equal(info.name, name);
   assert_int_equal(info.held, 1);
-  /* A held for_update lock's holder is read uncommitted on MariaDB and
-   * from the holding session's published name on PostgreSQL; on SQLite
-   * only "held" is visible (documented limit). */
-  if (leased() || !is("sqlite")) {
+  /* A held for_update lock's holder is read uncommitted on MariaDB, and
+   * from what the holding session published on PostgreSQL and SQLite. */
+  {
     gethostname(host, sizeof host);
     assert_string_equal(info.owner_host, host);
     assert_int_equal(info.owner_pid, getpid());

@@ -76,6 +76,32 @@ static int pg_holder(dblock_client *cl, dbl_conn *c, dblock_lock_info *o, dbl_er
   return 0;
 }
 
+/* SQLite: what the holder published through dblock_publish() (see
+ * sqlite.c). An entry whose fence is not above the committed row's is an
+ * earlier holder's, whose grant has since committed: ignored. */
+static const char *LITE_HOLDER = "SELECT dblock_published('${table}' || char(31) || ?)";
+
+static int lite_holder(dblock_client *cl, dbl_conn *c, dblock_lock_info *o,
+                       int64_t committed_fence, dbl_err *e) {
+  dbl_param p = DBL_STR(o->name);
+  dbl_res r;
+  long long fence, pid, thread, acquired;
+  int host_at = 0, rc;
+  const char *v;
+  if ((rc = cl->drv->query(c, dbl_sql(cl, LITE_HOLDER), &p, 1, &r, e)) != 0) return rc;
+  if (r.nrows == 1 && (v = dbl_res_get(&r, 0, 0)) &&
+      sscanf(v, "%lld %lld %lld %lld %n", &fence, &pid, &thread, &acquired, &host_at) == 4 &&
+      host_at && fence > committed_fence) {
+    o->fence = fence;
+    o->owner_pid = pid;
+    o->owner_thread = thread;
+    o->acquired_at_us = acquired;
+    snprintf(o->owner_host, sizeof o->owner_host, "%s", v + host_at);
+  }
+  dbl_res_clear(&r);
+  return 0;
+}
+
 static void fill_info(dblock_lock_info *o, const dbl_res *r, int i) {
   const char *v;
   memset(o, 0, sizeof *o);
@@ -123,6 +149,7 @@ static int probe_for_update(dblock_client *cl, dbl_conn *c, dblock_lock_info *o,
     dbl_res_clear(&r);
   }
   if (o->held && cl->drv->dialect != DBL_MY) {
+    int64_t committed_fence = o->fence;
     /* MariaDB read the holder's uncommitted columns (see dirty_read). The
      * committed ones describe an earlier holder: clear them, then fill in
      * what the holding session published (PostgreSQL, SQLite). */
@@ -131,7 +158,9 @@ static int probe_for_update(dblock_client *cl, dbl_conn *c, dblock_lock_info *o,
     o->owner_token[0] = 0;
     o->fence = 0;
     o->acquired_at_us = 0;
-    if (cl->drv->dialect == DBL_PG && (rc = pg_holder(cl, c, o, e)) != 0) return rc;
+    rc = cl->drv->dialect == DBL_PG ? pg_holder(cl, c, o, e)
+                                    : lite_holder(cl, c, o, committed_fence, e);
+    if (rc != 0) return rc;
   }
   if (!o->held) o->hold_count = 0;
   else if (cl->drv->dialect != DBL_MY) o->hold_count = 1;

@@ -5,7 +5,18 @@
  * URL says otherwise (?synchronous=normal). "Server time" is this host's
  * clock, offered to SQL as dblock_now_us() with microsecond precision.
  * Prepared statements are cached per connection.
+ *
+ * SQLite has no dirty reads and no session list, so a for_update holder
+ * (whose row is written inside its open transaction) publishes itself the
+ * way a PostgreSQL session does through application_name: SQL function
+ * dblock_publish(key, info) stores info, with this process's pid, in a
+ * side database "<file>-dblock-holders" (WAL, synchronous=off, autocommit,
+ * best effort: it never fails the statement), and dblock_published(key)
+ * reads it back when that process is still alive.
  */
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +32,8 @@ struct dbl_conn {
   int64_t busy_since_us;
   int broken;
   dbl_stmt_cache cache;
+  char *side_path;  /* the holders side database, opened on first use */
+  sqlite3 *side;
 };
 
 static int64_t wall_us(void) {
@@ -33,6 +46,63 @@ static void fn_now_us(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   (void)argc;
   (void)argv;
   sqlite3_result_int64(ctx, wall_us());
+}
+
+/* Opens the side database of published holders; 0 on success. */
+static int side_open(dbl_conn *c) {
+  if (c->side) return 0;
+  if (sqlite3_open_v2(c->side_path, &c->side,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      NULL) != SQLITE_OK ||
+      sqlite3_busy_timeout(c->side, 1000) != SQLITE_OK ||
+      sqlite3_exec(c->side,
+                   "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF; "
+                   "CREATE TABLE IF NOT EXISTS holders (key TEXT PRIMARY KEY, "
+                   "info TEXT NOT NULL, pid INTEGER NOT NULL)",
+                   NULL, NULL, NULL) != SQLITE_OK) {
+    sqlite3_close_v2(c->side);
+    c->side = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+/* dblock_publish(key, info): stores info for key; returns info. */
+static void fn_publish(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  dbl_conn *c = sqlite3_user_data(ctx);
+  sqlite3_stmt *st = NULL;
+  (void)argc;
+  if (side_open(c) == 0 &&
+      sqlite3_prepare_v2(c->side, "INSERT OR REPLACE INTO holders VALUES (?, ?, ?)", -1, &st,
+                         NULL) == SQLITE_OK) {
+    sqlite3_bind_value(st, 1, argv[0]);
+    sqlite3_bind_value(st, 2, argv[1]);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)getpid());
+    sqlite3_step(st);
+  }
+  sqlite3_finalize(st);
+  sqlite3_result_value(ctx, argv[1]);
+}
+
+/* dblock_published(key): the info stored for key, or NULL when there is
+ * none or the process that stored it is gone. */
+static void fn_published(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  dbl_conn *c = sqlite3_user_data(ctx);
+  sqlite3_stmt *st = NULL;
+  (void)argc;
+  sqlite3_result_null(ctx);
+  if (side_open(c) == 0 &&
+      sqlite3_prepare_v2(c->side, "SELECT info, pid FROM holders WHERE key = ?", -1, &st,
+                         NULL) == SQLITE_OK) {
+    sqlite3_bind_value(st, 1, argv[0]);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+      pid_t pid = (pid_t)sqlite3_column_int64(st, 1);
+      if (kill(pid, 0) == 0 || errno == EPERM)
+        sqlite3_result_text(ctx, (const char *)sqlite3_column_text(st, 0), -1,
+                            SQLITE_TRANSIENT);
+    }
+  }
+  sqlite3_finalize(st);
 }
 
 static int classify(int ext, const char *msg) {
@@ -251,6 +321,8 @@ static void lite_close(dbl_conn *c) {
   if (!c) return;
   dbl_cache_clear(&c->cache, finalize_stmt);
   sqlite3_close_v2(c->db);
+  sqlite3_close_v2(c->side);
+  free(c->side_path);
   free(c);
 }
 
@@ -276,8 +348,13 @@ static int lite_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
                          "bad synchronous=%s (off, normal, full, extra)",
                          u->vals[i]);
   }
-  if (!(c = calloc(1, sizeof *c)))
+  if (!(c = calloc(1, sizeof *c)) ||
+      !(c->side_path = malloc(strlen(u->path) + sizeof "-dblock-holders"))) {
+    free(c);
     return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  }
+  strcpy(c->side_path, u->path);
+  strcat(c->side_path, "-dblock-holders");
   rc = sqlite3_open_v2(u->path, &c->db,
                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                            SQLITE_OPEN_NOMUTEX,
@@ -298,6 +375,10 @@ static int lite_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
            sync);
   if (sqlite3_create_function(c->db, "dblock_now_us", 0, SQLITE_UTF8, NULL,
                               fn_now_us, NULL, NULL) != SQLITE_OK ||
+      sqlite3_create_function(c->db, "dblock_publish", 2, SQLITE_UTF8, c, fn_publish, NULL,
+                              NULL) != SQLITE_OK ||
+      sqlite3_create_function(c->db, "dblock_published", 1, SQLITE_UTF8, c, fn_published,
+                              NULL, NULL) != SQLITE_OK ||
       sqlite3_exec(c->db, pragma, NULL, NULL, NULL) != SQLITE_OK) {
     rc = fail(c, e);
     if (rc == DBLOCK_EDB || rc == DBLOCK_ECONN)

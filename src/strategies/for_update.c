@@ -18,7 +18,8 @@
  * at 63 bytes), SET LOCAL from the UPDATE's RETURNING: no extra statement,
  * visible in pg_stat_activity at once, reverted by COMMIT/ROLLBACK.
  * Introspection finds that session through the row's locker (xmax =
- * backend_xid). SQLite: see LITE_TAKE.
+ * backend_xid). SQLite publishes "FENCE PID THREAD ACQUIRED HOST" the same
+ * way through the driver's dblock_publish() (see sqlite.c).
  *
  * SQLite: the transaction is BEGIN IMMEDIATE, which locks the whole
  * database file for writing while held: one for_update lock at a time per
@@ -49,7 +50,9 @@ static const char *LITE_TAKE =
     "version = version + 1, hold_count = 1, owner_host = ?, owner_pid = ?, "
     "owner_thread = ?, owner_token = ?, acquired_at = dblock_now_us(), "
     "renewed_at = dblock_now_us(), expires_at = NULL "
-    "WHERE name = ? AND strategy = 'for_update' RETURNING fence";
+    "WHERE name = ? AND strategy = 'for_update' "
+    "RETURNING fence, dblock_publish('${table}' || char(31) || name, fence || ' ' || "
+    "owner_pid || ' ' || owner_thread || ' ' || acquired_at || ' ' || owner_host)";
 
 /* The row a name's lock lives on, created free and committed on first use
  * so that every session can see (and probe) it. */
