@@ -7,9 +7,11 @@
  * for_update strategy sends BEGIN, its lock wait and the SELECT together).
  */
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "driver.h"
 
@@ -359,6 +361,32 @@ static void quiet_notice(void *arg, const char *message) {
   (void)message;
 }
 
+/* Completes a PQconnectStart* connection within timeout_ms (<= 0: 5 s),
+ * with server notices silenced first: a server shutting down sends a
+ * WARNING to connections still starting, which libpq's default processor
+ * would print on the caller's stderr. Returns 1 when connected, 0 when
+ * libpq failed (PQerrorMessage says why), -1 on the timeout. */
+static int connect_poll(PGconn *pg, int64_t timeout_ms) {
+  struct timespec t0, now;
+  PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+  if (timeout_ms <= 0) timeout_ms = 5000;
+  /* Server notices (e.g. "already exists, skipping") are not errors and
+   * must not reach the caller's stderr either. */
+  PQsetNoticeProcessor(pg, quiet_notice, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    struct pollfd p = {.fd = PQsocket(pg)};
+    int64_t left;
+    if (st == PGRES_POLLING_OK) return 1;
+    if (st == PGRES_POLLING_FAILED) return 0;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    left = timeout_ms - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+    p.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+    if (left <= 0 || poll(&p, 1, (int)left) == 0) return -1;
+    st = PQconnectPoll(pg);
+  }
+}
+
 /* Connects with keyword arrays built from the URL (or the keyword string
  * expanded by libpq), adding a connect timeout and TCP keepalives so a dead
  * server is noticed, unless the caller chose their own. */
@@ -366,7 +394,7 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
                       dbl_err *e) {
   const char *keys[DBL_URL_MAX_PARAMS + 16], *vals[DBL_URL_MAX_PARAMS + 16];
   char port[16], tmo[24];
-  int n = 0;
+  int n = 0, polled = 0;
   dbl_conn *c = calloc(1, sizeof *c);
   *out = NULL;
   if (!c) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
@@ -415,15 +443,17 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   }
   keys[n] = NULL;
   vals[n] = NULL;
-  c->pg = PQconnectdbParams(keys, vals, 1);
-  if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
-    int rc = fail_connect(c->pg, c->secret, e);
+  if (dbl_url_param(u, "connect_timeout"))
+    timeout_ms = atoll(dbl_url_param(u, "connect_timeout")) * 1000;
+  c->pg = PQconnectStartParams(keys, vals, 1);
+  if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD || (polled = connect_poll(c->pg, timeout_ms)) != 1) {
+    int rc = polled < 0 ? dbl_err_set(e, DBLOCK_ECONN, "08001", 0,
+                                      "connection to %s timed out after %lld ms",
+                                      u->host ? u->host : "server", (long long)timeout_ms)
+                        : fail_connect(c->pg, c->secret, e);
     pg_close(c);
     return rc;
   }
-  /* Server notices (e.g. "already exists, skipping") are not errors and
-   * must not reach the caller's stderr. */
-  PQsetNoticeProcessor(c->pg, quiet_notice, NULL);
   c->trips++;
   *out = c;
   return 0;
