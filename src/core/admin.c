@@ -443,7 +443,7 @@ static void *reaper_main(void *arg) {
   while (!cl->closing) {
     int64_t at = dbl_mono_ms() + cl->opts.reaper_interval_ms;
     struct timespec ts = {.tv_sec = at / 1000, .tv_nsec = (at % 1000) * 1000000};
-    while (!cl->closing && dbl_mono_ms() < at) pthread_cond_timedwait(&cl->cv, &cl->mu, &ts);
+    while (!cl->closing && dbl_mono_ms() < at) pthread_cond_timedwait(&cl->wake, &cl->mu, &ts);
     if (cl->closing) break;
     pthread_mutex_unlock(&cl->mu);
     dblock_reap(cl, cl->opts.reaper_grace_ms, 1000, NULL);

@@ -22,7 +22,21 @@ int64_t dbl_mono_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t dbl_thread_id(void) { return (int64_t)syscall(SYS_gettid); }
+/* The calling thread's id, asked of the kernel once per thread: a thread's
+ * id never changes, and in a forked child (whose one thread inherits the
+ * parent thread's copy) the atfork handler forgets it. */
+static _Thread_local int64_t cached_tid;
+static pthread_once_t tid_once = PTHREAD_ONCE_INIT;
+static void tid_forget(void) { cached_tid = 0; }
+static void tid_register(void) { pthread_atfork(NULL, NULL, tid_forget); }
+
+int64_t dbl_thread_id(void) {
+  if (!cached_tid) {
+    pthread_once(&tid_once, tid_register);
+    cached_tid = (int64_t)syscall(SYS_gettid);
+  }
+  return cached_tid;
+}
 
 const char *dblock_strategy_name(dblock_strategy s) {
   switch (s) {
@@ -429,6 +443,7 @@ int dblock_client_open(dblock_client **out, const char *url,
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&cl->cv, &ca);
+    pthread_cond_init(&cl->wake, &ca);
     pthread_condattr_destroy(&ca);
   }
   if ((rc = fill_options(cl, opts)) != 0) goto err;
@@ -471,6 +486,7 @@ void dblock_client_free(dblock_client *cl) {
   pthread_mutex_lock(&cl->mu);
   cl->closing = 1;
   pthread_cond_broadcast(&cl->cv);
+  pthread_cond_broadcast(&cl->wake);
   pthread_mutex_unlock(&cl->mu);
   if (cl->watchdog_started) pthread_join(cl->watchdog, NULL);
   if (cl->reaper_started) pthread_join(cl->reaper, NULL);
@@ -490,6 +506,7 @@ void dblock_client_free(dblock_client *cl) {
   for (int i = 0; i < cl->nsql; i++) free(cl->sql[i].sql);
   dbl_url_free(&cl->url);
   pthread_cond_destroy(&cl->cv);
+  pthread_cond_destroy(&cl->wake);
   pthread_mutex_destroy(&cl->mu);
   free(cl);
 }

@@ -67,7 +67,9 @@ struct dblock_client {
   char token[33];
 
   pthread_mutex_t mu;
-  pthread_cond_t cv;     /* pool returns, watchdog / reaper wake-ups */
+  pthread_cond_t cv;     /* a held entry stopped being busy (claim/unclaim) */
+  pthread_cond_t wake;   /* watchdog / reaper wake-ups: closing, new lock due */
+  int64_t wd_wake_ms;    /* monotonic: when the watchdog plans to wake next */
   dbl_pconn *idle;       /* idle connections */
   int nidle;
   dbl_pconn *txn_idle;   /* idle connections reserved for lock transactions
@@ -123,7 +125,9 @@ int dbl_check_name(dblock_client *cl, const char *name);
 
 /* Watchdog: start on first leased lock; wake it after a change. */
 int dbl_watchdog_start(dblock_client *cl);
-void dbl_watchdog_kick(dblock_client *cl);
+/* Tells the watchdog that a lock is due for renewal at due_ms (monotonic);
+ * wakes it only if it sleeps past that. */
+void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms);
 /* Marks h lost (if not already) and calls the user's callback. Called
  * without the mutex held. */
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h);

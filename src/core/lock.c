@@ -133,7 +133,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   dbl_err e;
   int rc, reentrant = 0, tries = 0;
   int auto_renew = !cl || !cl->strat->has_lease || lease_ms == 0;
-  int64_t thread = dbl_thread_id(), deadline, now;
+  int64_t thread = dbl_thread_id(), deadline, now, due;
   int64_t cap_ms;
   uint64_t hash;
   dblock_lock *l;
@@ -260,9 +260,11 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     h->next = cl->held;
     cl->held = h;
   }
+  /* (no lease: the watchdog pings the session every lease / 3) */
+  due = h->renew_at_ms ? h->renew_at_ms : dbl_mono_ms() + cl->opts.lease_ms / 3;
   pthread_mutex_unlock(&cl->mu);
   if (mine && h != mine) dbl_mark_lost(cl, mine);
-  if (h->auto_renew) dbl_watchdog_kick(cl);
+  if (h->auto_renew) dbl_watchdog_kick(cl, due);
   l->held = h;
   *out = l;
   return 0;

@@ -26,9 +26,13 @@ void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
   if (notify) cl->opts.on_lost(name, fence, DBLOCK_ELOST, cl->opts.on_lost_arg);
 }
 
+/* Sleeps until at_ms (monotonic) or a kick; records the plan so that a
+ * new lock due later than that need not wake it. Caller holds mu. */
 static void wait_until(dblock_client *cl, int64_t at_ms) {
   struct timespec ts = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
-  pthread_cond_timedwait(&cl->cv, &cl->mu, &ts);
+  cl->wd_wake_ms = at_ms;
+  pthread_cond_timedwait(&cl->wake, &cl->mu, &ts);
+  cl->wd_wake_ms = 0; /* awake: it will look at every entry anyway */
 }
 
 /* Picks the next entry due for renewal (claiming it), or returns NULL and
@@ -101,8 +105,11 @@ int dbl_watchdog_start(dblock_client *cl) {
   return rc;
 }
 
-void dbl_watchdog_kick(dblock_client *cl) {
+void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms) {
   pthread_mutex_lock(&cl->mu);
-  pthread_cond_broadcast(&cl->cv);
+  /* Asleep until after this lock is due: wake it to re-plan. Asleep until
+   * before (its idle tick, or an earlier lock): it will see this one then;
+   * awake: it scans every entry before sleeping again. */
+  if (cl->wd_wake_ms > due_ms) pthread_cond_signal(&cl->wake);
   pthread_mutex_unlock(&cl->mu);
 }

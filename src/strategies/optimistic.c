@@ -90,19 +90,21 @@ static const char *LITE_CREATE =
     "VALUES (?, 'optimistic', 0, 0) ON CONFLICT (name) DO NOTHING";
 
 /* Release: back to free, expired now so the reaper may collect the row. */
+/* Release frees the row and leaves expires_at alone: no indexed column
+ * changes, so PostgreSQL can update the row in place (a HOT update, no
+ * index writes). A free row's old expiry only tells the reaper when it may
+ * delete it. */
 static const char *PG_FREE =
-    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, "
-    "version = version + 1, expires_at = statement_timestamp() "
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ?::int8 "
     "AND fence = ?::int8 AND state = 1 RETURNING version";
 static const char *MY_FREE =
-    "UPDATE ${table} SET state = 0, hold_count = 0, "
-    "version = LAST_INSERT_ID(version + 1), expires_at = UTC_TIMESTAMP(6) "
+    "UPDATE ${table} SET state = 0, hold_count = 0, version = LAST_INSERT_ID(version + 1) "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
     "AND fence = ? AND state = 1";
 static const char *LITE_FREE =
-    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1, "
-    "expires_at = dblock_now_us() WHERE name = ? AND owner_token = ? "
+    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "WHERE name = ? AND owner_token = ? "
     "AND owner_thread = ? AND fence = ? AND state = 1 RETURNING version";
 
 /* One compare-and-set at version v. Returns 0 (granted), DBLOCK_EBUSY (no
