@@ -47,10 +47,13 @@ static int64_t hint_get(dblock_client *cl, uint64_t hash) {
 static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
   size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
   pthread_mutex_lock(&cl->mu);
-  cl->vcache[i].hash = version >= 0 ? hash : 0;
+  cl->vcache[i].hash = version != -1 ? hash : 0; /* (-2: see optimistic.c) */
   cl->vcache[i].version = version;
   pthread_mutex_unlock(&cl->mu);
 }
+
+/* How long a polling waiter keeps its backoff short (see the wait loop). */
+#define FAST_PHASE_MS 2000
 
 /* Finds this owner's live entry for name; caller holds cl->mu. */
 static struct dbl_held *find_held(dblock_client *cl, const char *name,
@@ -133,7 +136,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   dbl_err e;
   int rc, reentrant = 0, tries = 0;
   int auto_renew = !cl || !cl->strat->has_lease || lease_ms == 0;
-  int64_t thread = dbl_thread_id(), deadline, now, due;
+  int64_t thread = dbl_thread_id(), deadline, now, due, started;
   int64_t cap_ms;
   uint64_t hash;
   dblock_lock *l;
@@ -193,7 +196,8 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
   h->auto_renew = auto_renew;
 
-  deadline = wait_ms > 0 ? dbl_mono_ms() + wait_ms : 0;
+  started = dbl_mono_ms();
+  deadline = wait_ms > 0 ? started + wait_ms : 0;
   cap_ms = cl->opts.backoff_min_ms;
   for (;;) {
     int64_t server_wait = 0;
@@ -211,12 +215,20 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
       break;
     }
     if (!cl->strat->pins_connection) {
-      /* Full jitter: sleep uniformly in [0.5 ms, cap], cap doubling up to
-       * backoff_max, never past the deadline. */
+      /* Full jitter: sleep uniformly in [0.5 ms, cap], never past the
+       * deadline. The cap doubles from backoff_min, but for the first
+       * FAST_PHASE_MS of a wait it stops at 8 x backoff_min: a waiter that
+       * slept up to backoff_max while the holder released and re-took the
+       * name at once would starve (BENCH.md W2 fairness). Past that, a long
+       * wait (a job holding the lock for minutes) polls gently, up to
+       * backoff_max. */
       int64_t us = 500 + (int64_t)(jitter_rand() % (uint64_t)(cap_ms * 1000));
+      int64_t limit = cl->opts.backoff_max_ms;
+      if (now - started < FAST_PHASE_MS && limit > 8 * cl->opts.backoff_min_ms)
+        limit = 8 * cl->opts.backoff_min_ms;
       if (wait_ms > 0 && us > (deadline - now) * 1000) us = (deadline - now) * 1000;
       if (us > 0) sleep_us(us);
-      cap_ms = cap_ms * 2 > cl->opts.backoff_max_ms ? cl->opts.backoff_max_ms : cap_ms * 2;
+      cap_ms = cap_ms * 2 > limit ? limit : cap_ms * 2;
     }
   }
 

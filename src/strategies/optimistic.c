@@ -27,7 +27,7 @@ static const char *PG_CAS =
     "owner_host = ?, owner_pid = ?::int8, owner_thread = ?::int8, owner_token = ?, "
     "renewed_at = statement_timestamp(), "
     "expires_at = statement_timestamp() + ?::int8 * interval '1 microsecond' "
-    "WHERE l.name = ? AND l.version = ?::int8 AND l.strategy <> 'for_update' "
+    "WHERE l.name = ? AND (l.version = ?::int8 OR ?::int8 = -2) AND l.strategy <> 'for_update' "
     "AND (l.state = 0 OR l.expires_at <= statement_timestamp() "
     "  OR (l.owner_token = ? AND l.owner_thread = ?::int8)) "
     "RETURNING fence, hold_count, (extract(epoch FROM expires_at) * 1000000)::int8, version";
@@ -46,7 +46,7 @@ static const char *MY_CAS =
     "owner_host = ?, owner_pid = ?, owner_thread = ?, owner_token = ?, "
     "renewed_at = UTC_TIMESTAMP(6), "
     "expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND "
-    "WHERE name = ? AND version = ? AND strategy <> 'for_update' "
+    "WHERE name = ? AND (version = ? OR ? = -2) AND strategy <> 'for_update' "
     "AND (state = 0 OR expires_at <= UTC_TIMESTAMP(6) "
     "  OR (owner_token = ? AND owner_thread = ?))";
 
@@ -61,7 +61,7 @@ static const char *LITE_CAS =
     "strategy = 'optimistic', state = 1, version = l.version + 1, "
     "owner_host = ?, owner_pid = ?, owner_thread = ?, owner_token = ?, "
     "renewed_at = dblock_now_us(), expires_at = dblock_now_us() + ? "
-    "WHERE l.name = ? AND l.version = ? AND l.strategy <> 'for_update' "
+    "WHERE l.name = ? AND (l.version = ? OR ? = -2) AND l.strategy <> 'for_update' "
     "AND (l.state = 0 OR l.expires_at <= dblock_now_us() "
     "  OR (l.owner_token = ? AND l.owner_thread = ?)) "
     "RETURNING fence, hold_count, expires_at, version";
@@ -132,6 +132,7 @@ static int cas(dbl_op *op, int64_t v) {
   p[n++] = DBL_I64(op->lease_ms * 1000);
   p[n++] = DBL_TEXT(op->name, op->name_len);
   p[n++] = DBL_I64(v);
+  p[n++] = DBL_I64(v);
   p[n++] = DBL_STR(op->token);
   p[n++] = DBL_I64(op->thread);
   if ((rc = op->drv->query(op->conn, sql, p, n, &r, op->e)) != 0) return rc;
@@ -189,23 +190,41 @@ static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
   return 0;
 }
 
+/* The version hint (op->version_hint, kept per client and name): >= 0 the
+ * version this client last saw; VERSION_ANY (-2) the row exists but its
+ * version is unknown — the client is waiting for another holder, and its
+ * CAS takes the row at whatever version as long as it is free or expired
+ * (the state test in the same UPDATE is what keeps exclusion; the version
+ * only spares a stale client the write); -1 nothing known. */
+#define VERSION_ANY (-2)
+
 static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
   int64_t v = op->version_hint;
   int rc, other;
   (void)wait_ms;
-  /* With a hint, try the CAS straight away; on a miss (or without one),
-   * read, and CAS again while the row keeps moving but stays free. */
-  if (v >= 0 && (rc = cas(op, v)) != DBLOCK_EBUSY) return rc;
+  /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
+   * with that one statement: reading first would cost it a second round
+   * trip per poll, during which a holder that releases and re-acquires at
+   * once always wins (it knows its version) — that starved waiters. */
+  if (v >= 0 || v == VERSION_ANY) {
+    if ((rc = cas(op, v)) != DBLOCK_EBUSY) return rc;
+    if (v == VERSION_ANY) return DBLOCK_EBUSY;
+  }
+  /* A miss, or nothing known: read (creating a missing row), and CAS
+   * again while the row keeps moving but stays free. */
   for (int round = 0; round < 3; round++) {
     if ((rc = read_row(op, &v, &other)) != 0) return rc;
     op->version_hint = v;
-    if (other) return DBLOCK_EBUSY;
+    if (other) {
+      op->version_hint = VERSION_ANY;
+      return DBLOCK_EBUSY;
+    }
     if ((rc = cas(op, v)) != DBLOCK_EBUSY) {
       if (rc == 0) op->version_hint = op->g.version;
       return rc;
     }
   }
-  op->version_hint = -1;
+  op->version_hint = VERSION_ANY;
   return DBLOCK_EBUSY;
 }
 
