@@ -112,7 +112,9 @@ typedef struct dblock_options {
   dblock_strategy strategy; /* default INSERT */
   int64_t lease_ms;         /* default lease: 30000 */
   int64_t backoff_min_ms;   /* polling backoff floor: 2 */
-  int64_t backoff_max_ms;   /* polling backoff ceiling: 250 */
+  int64_t backoff_max_ms;   /* polling backoff ceiling: 250 (reached only
+                               after 2 s of waiting; until then the cap is
+                               8 x backoff_min) */
   int64_t connect_timeout_ms; /* default 5000 */
   int64_t reaper_interval_ms; /* 0 = no reaper thread (default) */
   int64_t reaper_grace_ms;    /* a row is reaped after expiry + grace: 0 */

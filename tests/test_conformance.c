@@ -28,20 +28,7 @@ static dblock_client *cli(int64_t lease_ms) {
   return tu_open(cur.url, cur.strategy, cur.table, lease_ms);
 }
 
-static dblock_lock *must_acquire(dblock_client *c, const char *name, int64_t wait,
-                                 int64_t lease) {
-  dblock_lock *l = NULL;
-  int rc = dblock_lock_acquire(&l, c, name, wait, lease);
-  if (rc != 0) fail_msg("acquire '%s': %d %s", name, rc, tu_errmsg(c));
-  return l;
-}
 
-static int try_acquire(dblock_client *c, const char *name) {
-  dblock_lock *l = NULL;
-  int rc = dblock_lock_acquire(&l, c, name, 0, 0);
-  if (rc == 0) dblock_lock_release(l);
-  return rc;
-}
 
 static void must_release(dblock_lock *l) {
   dblock_client *dummy = NULL;
@@ -53,11 +40,11 @@ static void must_release(dblock_lock *l) {
 static void test_exclusion(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("excl");
-  dblock_lock *l = must_acquire(a, name, 0, 0);
+  dblock_lock *l = tu_acquire(a, name, 0, 0);
   (void)s;
-  assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
   must_release(l);
-  assert_int_equal(try_acquire(b, name), 0);
+  assert_int_equal(tu_try(b, name), 0);
   dblock_client_free(a);
   dblock_client_free(b);
 }
@@ -68,21 +55,21 @@ static void test_exclusion(void **s) {
 static void test_expiry_by_server_time(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("expiry");
-  dblock_lock *l = must_acquire(a, name, 0, 1000), *lb;
+  dblock_lock *l = tu_acquire(a, name, 0, 1000), *lb;
   int64_t t0 = tu_now_ms();
   (void)s;
   tu_sleep_ms(600);
-  assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
   tu_sleep_ms(1300 - (tu_now_ms() - t0));
   if (leased()) {
-    lb = must_acquire(b, name, 0, 0);
+    lb = tu_acquire(b, name, 0, 0);
     assert_true(dblock_lock_fence(lb) > dblock_lock_fence(l));
     must_release(lb);
     assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
   } else {
-    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
     must_release(l);
-    assert_int_equal(try_acquire(b, name), 0);
+    assert_int_equal(tu_try(b, name), 0);
   }
   dblock_client_free(a);
   dblock_client_free(b);
@@ -92,7 +79,7 @@ static void test_expiry_by_server_time(void **s) {
 static void test_reentrancy(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("reent");
-  dblock_lock *l1 = must_acquire(a, name, 0, 0), *l2 = must_acquire(a, name, 0, 0);
+  dblock_lock *l1 = tu_acquire(a, name, 0, 0), *l2 = tu_acquire(a, name, 0, 0);
   dblock_lock_info info;
   (void)s;
   assert_int_equal(dblock_lock_hold_count(l2), 2);
@@ -102,9 +89,9 @@ static void test_reentrancy(void **s) {
     assert_int_equal(info.hold_count, 2);
   }
   must_release(l2);
-  assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
   must_release(l1);
-  assert_int_equal(try_acquire(b, name), 0);
+  assert_int_equal(tu_try(b, name), 0);
   dblock_client_free(a);
   dblock_client_free(b);
 }
@@ -121,7 +108,7 @@ static void test_non_reentrant_errors_at_once(void **s) {
   o.table = cur.table;
   o.non_reentrant = 1;
   a = tu_open_opts(cur.url, &o);
-  l = must_acquire(a, name, 0, 0);
+  l = tu_acquire(a, name, 0, 0);
   t0 = tu_now_ms();
   assert_int_equal(dblock_lock_acquire(&l2, a, name, -1, 0), DBLOCK_EDEADLK);
   assert_true(tu_now_ms() - t0 < 100);
@@ -138,22 +125,22 @@ static void test_non_reentrant_errors_at_once(void **s) {
 static void test_owner_checked_release(void **s) {
   dblock_client *a = cli(0), *b = cli(0), *c = cli(0);
   const char *name = tu_name("owner");
-  dblock_lock *la = must_acquire(a, name, 0, leased() ? 300 : 0), *lb;
+  dblock_lock *la = tu_acquire(a, name, 0, leased() ? 300 : 0), *lb;
   (void)s;
   if (leased()) {
     tu_sleep_ms(500);
-    lb = must_acquire(b, name, 0, 0);
+    lb = tu_acquire(b, name, 0, 0);
     assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
     assert_non_null(strstr(tu_errmsg(a), "lost"));
-    assert_int_equal(try_acquire(c, name), DBLOCK_EBUSY);
+    assert_int_equal(tu_try(c, name), DBLOCK_EBUSY);
   } else {
     must_release(la);
-    lb = must_acquire(b, name, 0, 0);
-    assert_int_equal(try_acquire(a, name), DBLOCK_EBUSY);
-    assert_int_equal(try_acquire(c, name), DBLOCK_EBUSY);
+    lb = tu_acquire(b, name, 0, 0);
+    assert_int_equal(tu_try(a, name), DBLOCK_EBUSY);
+    assert_int_equal(tu_try(c, name), DBLOCK_EBUSY);
   }
   must_release(lb);
-  assert_int_equal(try_acquire(c, name), 0);
+  assert_int_equal(tu_try(c, name), 0);
   dblock_client_free(a);
   dblock_client_free(b);
   dblock_client_free(c);
@@ -167,15 +154,15 @@ static void test_fence_increasing(void **s) {
   int64_t last = 0;
   (void)s;
   for (int i = 0; i < 5; i++) {
-    dblock_lock *l = must_acquire(i % 2 ? a : b, name, 0, 0);
+    dblock_lock *l = tu_acquire(i % 2 ? a : b, name, 0, 0);
     assert_true(dblock_lock_fence(l) > last);
     last = dblock_lock_fence(l);
     must_release(l);
   }
   if (leased()) {
-    dblock_lock *la = must_acquire(a, name, 0, 200), *lb;
+    dblock_lock *la = tu_acquire(a, name, 0, 200), *lb;
     tu_sleep_ms(350);
-    lb = must_acquire(b, name, 0, 0);
+    lb = tu_acquire(b, name, 0, 0);
     assert_true(dblock_lock_fence(lb) > dblock_lock_fence(la));
     must_release(lb);
     dblock_lock_release(la);
@@ -189,7 +176,7 @@ static void test_fence_increasing(void **s) {
 static void test_fence_after_reap(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("reap");
-  dblock_lock *l = must_acquire(a, name, 0, 200), *l2;
+  dblock_lock *l = tu_acquire(a, name, 0, 200), *l2;
   int64_t deleted = 0, before = dblock_lock_fence(l);
   dblock_lock_info info;
   (void)s;
@@ -198,7 +185,7 @@ static void test_fence_after_reap(void **s) {
     assert_int_equal(dblock_reap(b, 0, 100, &deleted), 0);
     assert_true(deleted >= 1);
     assert_int_equal(dblock_lock_inspect(&info, b, name), DBLOCK_ENOTHELD);
-    l2 = must_acquire(b, name, 0, 0);
+    l2 = tu_acquire(b, name, 0, 0);
     assert_true(dblock_lock_fence(l2) > before);
     must_release(l2);
     assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
@@ -210,9 +197,9 @@ static void test_fence_after_reap(void **s) {
     rc = dblock_reap(b, 0, 100, &deleted);
     if (is("sqlite")) assert_true(rc == 0 || rc == DBLOCK_EBUSY);
     else assert_int_equal(rc, 0);
-    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
     must_release(l);
-    l2 = must_acquire(b, name, 0, 0);
+    l2 = tu_acquire(b, name, 0, 0);
     assert_true(dblock_lock_fence(l2) > before);
     must_release(l2);
   }
@@ -251,8 +238,8 @@ static void test_holder_killed(void **s) {
   waitpid(pid, NULL, 0);
   t_kill = tu_now_ms();
   b = cli(0);
-  if (leased()) assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
-  l = must_acquire(b, name, 5000, 0);
+  if (leased()) assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+  l = tu_acquire(b, name, 5000, 0);
   t_free = tu_now_ms() - t_kill;
   if (leased()) assert_true(t_free >= 900); /* the lease had ~1.5 s left */
   else if (t_free > 2000) fail_msg("for_update freed only after %lld ms", (long long)t_free);
@@ -288,7 +275,7 @@ static void test_try_timed_blocking(void **s) {
   waiter w;
   (void)s;
   snprintf(name, sizeof name, "%s", tu_name("wait"));
-  l = must_acquire(a, name, 0, 0);
+  l = tu_acquire(a, name, 0, 0);
   t0 = tu_now_ms();
   assert_int_equal(dblock_lock_acquire(&lb, b, name, 0, 0), DBLOCK_EBUSY);
   assert_true(tu_now_ms() - t0 < 500);
@@ -313,13 +300,13 @@ static void test_try_timed_blocking(void **s) {
 static void test_watchdog_keeps_lock(void **s) {
   dblock_client *a = cli(600), *b = cli(600);
   const char *name = tu_name("watchdog");
-  dblock_lock *l = must_acquire(a, name, 0, 0);
+  dblock_lock *l = tu_acquire(a, name, 0, 0);
   (void)s;
   tu_sleep_ms(1800);
-  assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
   assert_int_equal(dblock_lock_is_lost(l), 0);
   must_release(l);
-  assert_int_equal(try_acquire(b, name), 0);
+  assert_int_equal(tu_try(b, name), 0);
   dblock_client_free(a);
   dblock_client_free(b);
 }
@@ -367,7 +354,7 @@ static void test_lost_callback_on_force_unlock(void **s) {
   o.on_lost_arg = &note;
   note.calls = 0;
   a = tu_open_opts(cur.url, &o);
-  l = must_acquire(a, name, 0, 0);
+  l = tu_acquire(a, name, 0, 0);
   rc = dblock_force_unlock(b, name, &nf);
   if (!leased() && is("sqlite")) {
     assert_int_equal(rc, DBLOCK_EUNSUPPORTED);
@@ -400,17 +387,17 @@ static void test_lost_after_expiry_takeover(void **s) {
   o.on_lost_arg = &note;
   note.calls = 0;
   a = tu_open_opts(cur.url, &o);
-  l = must_acquire(a, name, 0, 300); /* explicit lease: no watchdog */
+  l = tu_acquire(a, name, 0, 300); /* explicit lease: no watchdog */
   tu_sleep_ms(450);
   if (leased()) {
-    lb = must_acquire(b, name, 0, 0);
+    lb = tu_acquire(b, name, 0, 0);
     assert_int_equal(dblock_lock_renew(l), DBLOCK_ELOST);
     assert_int_equal(lost_calls(&note), 1);
     assert_int_equal(dblock_lock_is_lost(l), 1);
     must_release(lb);
     assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
   } else {
-    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
     assert_int_equal(dblock_lock_renew(l), 0);
     must_release(l);
   }
@@ -424,7 +411,7 @@ static void test_lost_after_expiry_takeover(void **s) {
 static void test_introspection(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("inspect");
-  dblock_lock *l = must_acquire(a, name, 0, 0);
+  dblock_lock *l = tu_acquire(a, name, 0, 0);
   dblock_lock_info info;
   char host[256];
   (void)s;
@@ -452,19 +439,19 @@ static void test_introspection(void **s) {
 static void test_force_unlock_frees_and_bumps(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("force");
-  dblock_lock *l = must_acquire(a, name, 0, 0), *lb;
+  dblock_lock *l = tu_acquire(a, name, 0, 0), *lb;
   int64_t nf = 0;
   int rc;
   (void)s;
   rc = dblock_force_unlock(b, name, &nf);
   if (!leased() && is("sqlite")) {
     assert_int_equal(rc, DBLOCK_EUNSUPPORTED);
-    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
     must_release(l);
   } else {
     if (rc != 0) fail_msg("force-unlock: %d %s", rc, tu_errmsg(b));
     assert_true(nf > dblock_lock_fence(l));
-    lb = must_acquire(b, name, 2000, 0);
+    lb = tu_acquire(b, name, 2000, 0);
     assert_true(dblock_lock_fence(lb) > nf);
     must_release(lb);
     assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
@@ -486,13 +473,13 @@ static void test_mixing_strategies(void **s) {
   dblock_lock *l;
   (void)s;
   snprintf(keep, sizeof keep, "%s", name);
-  l = must_acquire(a, keep, 0, 0);
+  l = tu_acquire(a, keep, 0, 0);
   for (size_t i = 0; i < 3; i++) {
     dblock_client *b;
     int rc;
     if (all[i] == cur.strategy) continue;
     b = tu_open(cur.url, all[i], cur.table, 0);
-    rc = try_acquire(b, keep);
+    rc = tu_try(b, keep);
     if (rc != DBLOCK_EBUSY && rc != DBLOCK_EMISMATCH)
       fail_msg("%s on a name held by %s: rc %d (%s)", dblock_strategy_name(all[i]),
                dblock_strategy_name(cur.strategy), rc, tu_errmsg(b));
@@ -510,12 +497,12 @@ static void test_round_trips(void **s) {
   const char *name = tu_name("rt");
   (void)s;
   for (int i = 0; i < 3; i++) { /* warm: prepared statements, row, epoch */
-    dblock_lock *l = must_acquire(a, name, 0, 0);
+    dblock_lock *l = tu_acquire(a, name, 0, 0);
     must_release(l);
   }
   for (int i = 0; i < 5; i++) {
     uint64_t t0 = dblock_client_round_trips(a), t1, t2;
-    dblock_lock *l = must_acquire(a, name, 0, 0);
+    dblock_lock *l = tu_acquire(a, name, 0, 0);
     t1 = dblock_client_round_trips(a);
     must_release(l);
     t2 = dblock_client_round_trips(a);
@@ -554,9 +541,9 @@ static void test_hostile_names(void **s) {
   assert_int_equal(dblock_lock_acquire(&l, a, NULL, 0, 0), DBLOCK_EINVAL);
   /* A name is a C string: an embedded NUL ends it, so "nul\0tail" is the
    * lock "nul" — and exactly that is stored and shown. */
-  l = must_acquire(a, with_nul, 0, 0);
+  l = tu_acquire(a, with_nul, 0, 0);
   assert_string_equal(dblock_lock_name(l), "nul");
-  assert_int_equal(try_acquire(b, "nul"), DBLOCK_EBUSY);
+  assert_int_equal(tu_try(b, "nul"), DBLOCK_EBUSY);
   assert_int_equal(dblock_lock_inspect(&info, b, "nul"), 0);
   assert_int_equal(info.held, 1);
   must_release(l);
@@ -565,17 +552,17 @@ static void test_hostile_names(void **s) {
   for (size_t i = 0; i < n; i++) {
     int one_at_a_time = is("sqlite") && !leased();
     for (size_t k = one_at_a_time ? i : 0; k <= i; k++)
-      if (k == i) held[i] = must_acquire(a, odd[i], 0, 0);
+      if (k == i) held[i] = tu_acquire(a, odd[i], 0, 0);
     if (!one_at_a_time && i + 1 < n) continue;
     for (size_t k = one_at_a_time ? i : 0; k <= i; k++) {
-      assert_int_equal(try_acquire(b, odd[k]), DBLOCK_EBUSY);
+      assert_int_equal(tu_try(b, odd[k]), DBLOCK_EBUSY);
       assert_int_equal(dblock_lock_inspect(&info, b, odd[k]), 0);
       assert_string_equal(info.name, odd[k]);
       assert_int_equal(info.held, 1);
       must_release(held[k]);
     }
   }
-  for (size_t i = 0; i < n; i++) assert_int_equal(try_acquire(b, odd[i]), 0);
+  for (size_t i = 0; i < n; i++) assert_int_equal(tu_try(b, odd[i]), 0);
   dblock_client_free(a);
   dblock_client_free(b);
 }

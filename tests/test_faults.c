@@ -193,39 +193,18 @@ static int server_port(void) {
 
 /* ---------------------------------------------------------------- helpers */
 
-static atomic_int lost_calls;
-static void on_lost(const char *name, int64_t fence, int reason, void *arg) {
-  (void)name;
-  (void)fence;
-  (void)reason;
-  (void)arg;
-  atomic_fetch_add(&lost_calls, 1);
-}
 
 static dblock_client *open_on(const char *url, int64_t lease_ms) {
   dblock_options o = DBLOCK_OPTIONS_INIT;
   o.strategy = cur.strategy;
   o.table = cur.table;
   o.lease_ms = lease_ms;
-  o.on_lost = on_lost;
+  o.on_lost = tu_on_lost;
   o.connect_timeout_ms = 2000;
   return tu_open_opts(url, &o);
 }
 
-static dblock_lock *must_acquire(dblock_client *c, const char *name, int64_t wait,
-                                 int64_t lease) {
-  dblock_lock *l = NULL;
-  int rc = dblock_lock_acquire(&l, c, name, wait, lease);
-  if (rc != 0) fail_msg("acquire '%s': %d %s", name, rc, tu_errmsg(c));
-  return l;
-}
 
-static int try_acquire(dblock_client *c, const char *name) {
-  dblock_lock *l = NULL;
-  int rc = dblock_lock_acquire(&l, c, name, 0, 0);
-  if (rc == 0) dblock_lock_release(l);
-  return rc;
-}
 
 /* Waits up to ms for the handle to know it is lost. */
 static int wait_lost(const dblock_lock *l, int64_t ms) {
@@ -289,8 +268,8 @@ static void test_paused_holder(void **s) {
     o.strategy = cur.strategy;
     o.table = cur.table;
     o.lease_ms = 1000;
-    o.on_lost = on_lost;
-    atomic_store(&lost_calls, 0);
+    o.on_lost = tu_on_lost;
+    atomic_store(&tu_lost_calls, 0);
     if (dblock_client_open(&a, cur.url, &o) || dblock_lock_acquire(&la, a, name, 0, 0)) _exit(99);
     f = dblock_lock_fence(la);
     if (write(up[1], &f, sizeof f) != sizeof f) _exit(99);
@@ -300,12 +279,12 @@ static void test_paused_holder(void **s) {
     if (leased()) {
       bits |= rc == DBLOCK_ELOST ? 1 : 0;
       bits |= dblock_lock_is_lost(la) ? 2 : 0;
-      bits |= atomic_load(&lost_calls) == 1 ? 4 : 0;
+      bits |= atomic_load(&tu_lost_calls) == 1 ? 4 : 0;
       bits |= dblock_lock_release(la) == DBLOCK_ELOST ? 8 : 0;
     } else {
       bits |= rc == 0 ? 1 : 0;
       bits |= !dblock_lock_is_lost(la) ? 2 : 0;
-      bits |= atomic_load(&lost_calls) == 0 ? 4 : 0;
+      bits |= atomic_load(&tu_lost_calls) == 0 ? 4 : 0;
       bits |= dblock_lock_release(la) == 0 ? 8 : 0;
     }
     dblock_client_free(a);
@@ -319,12 +298,12 @@ static void test_paused_holder(void **s) {
   kill(pid, SIGSTOP);
   tu_sleep_ms(1300); /* past the 1 s lease, which nobody renews */
   if (leased()) {
-    lb = must_acquire(b, name, 3000, 0);
+    lb = tu_acquire(b, name, 3000, 0);
     fb = dblock_lock_fence(lb);
     assert_true(fb > fa);
     assert_true(resource_write("B", fb));
   } else {
-    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
     lb = NULL;
   }
   kill(pid, SIGCONT);
@@ -338,7 +317,7 @@ static void test_paused_holder(void **s) {
     assert_false(resource_write("A", fa));
     assert_int_equal(dblock_lock_release(lb), 0);
   } else {
-    assert_int_equal(try_acquire(b, name), 0);
+    assert_int_equal(tu_try(b, name), 0);
   }
   close(up[0]);
   close(down[1]);
@@ -392,13 +371,13 @@ static void test_server_restart(void **s) {
   hammer hm = {.c = NULL};
   pthread_t th;
   (void)s;
-  atomic_store(&lost_calls, 0);
+  atomic_store(&tu_lost_calls, 0);
   for (int i = 0; i < 3; i++) { /* a few grants to have fences before */
-    dblock_lock *t = must_acquire(b, tu_name("before"), 0, 0);
+    dblock_lock *t = tu_acquire(b, tu_name("before"), 0, 0);
     if (dblock_lock_fence(t) > max_before) max_before = dblock_lock_fence(t);
     assert_int_equal(dblock_lock_release(t), 0);
   }
-  la = must_acquire(a, name, 0, 0);
+  la = tu_acquire(a, name, 0, 0);
   if (dblock_lock_fence(la) > max_before) max_before = dblock_lock_fence(la);
   hm.c = open_on(cur.url, 10000);
   hm.name = tu_name("restart-hammer");
@@ -411,27 +390,27 @@ static void test_server_restart(void **s) {
 
   if (leased()) {
     assert_int_equal(dblock_lock_renew(la), 0); /* the row survived the restart */
-    assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+    assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
     assert_false(dblock_lock_is_lost(la));
     assert_int_equal(dblock_lock_release(la), 0);
-    lb = must_acquire(b, name, 0, 0);
+    lb = tu_acquire(b, name, 0, 0);
   } else {
-    lb = must_acquire(b, name, 5000, 0);
+    lb = tu_acquire(b, name, 5000, 0);
     assert_true(wait_lost(la, 5000));
-    assert_int_equal(atomic_load(&lost_calls), 1);
+    assert_int_equal(atomic_load(&tu_lost_calls), 1);
     assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
-    assert_int_equal(try_acquire(a, name), DBLOCK_EBUSY); /* not silently re-taken */
+    assert_int_equal(tu_try(a, name), DBLOCK_EBUSY); /* not silently re-taken */
   }
   if (dblock_lock_fence(lb) <= max_before)
     fail_msg("fence after restart %lld <= %lld before", (long long)dblock_lock_fence(lb),
              (long long)max_before);
-  lo = must_acquire(a, other, 0, 0); /* A works again, same client */
+  lo = tu_acquire(a, other, 0, 0); /* A works again, same client */
   assert_true(dblock_lock_fence(lo) > max_before);
   assert_int_equal(dblock_lock_release(lo), 0);
   assert_int_equal(dblock_lock_release(lb), 0);
   /* the hammer's client recovers too (on a new name: a release cut by the
    * restart may have left hm.name held until its lease ends) */
-  assert_int_equal(try_acquire(hm.c, tu_name("restart-after")), 0);
+  assert_int_equal(tu_try(hm.c, tu_name("restart-after")), 0);
   dblock_client_free(hm.c);
   dblock_client_free(a);
   dblock_client_free(b);
@@ -455,21 +434,21 @@ static void test_connection_cut(void **s) {
   px_start(&px, server_port());
   px_url(url, sizeof url, &px);
   a = open_on(url, 1200);
-  atomic_store(&lost_calls, 0);
-  la = must_acquire(a, name, 0, 0);
+  atomic_store(&tu_lost_calls, 0);
+  la = tu_acquire(a, name, 0, 0);
   atomic_store(&px.mode, PX_CUT);
   t0 = tu_now_ms();
   assert_true(wait_lost(la, 4000));
   if (leased() && tu_now_ms() - t0 < 800)
     fail_msg("leased holder declared lost after %lld ms, before its lease could end",
              (long long)(tu_now_ms() - t0));
-  assert_int_equal(atomic_load(&lost_calls), 1);
-  lb = must_acquire(b, name, 3000, 0);
+  assert_int_equal(atomic_load(&tu_lost_calls), 1);
+  lb = tu_acquire(b, name, 3000, 0);
   atomic_store(&px.mode, PX_PASS);
   assert_int_equal(dblock_lock_renew(la), DBLOCK_ELOST);
   assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
   tu_sleep_ms(500); /* give a wrong re-acquire time to happen */
-  assert_int_equal(try_acquire(c, name), DBLOCK_EBUSY);
+  assert_int_equal(tu_try(c, name), DBLOCK_EBUSY);
   assert_int_equal(dblock_lock_renew(lb), 0);
   assert_int_equal(dblock_lock_release(lb), 0);
   dblock_client_free(a);
@@ -525,8 +504,8 @@ static void test_clock_skew(void **s) {
       snprintf(args, sizeof args, "acquire '%s' --lease 1500ms --wait 0", name);
       assert_int_equal(skewed(offsets[k], 0, args), 0);
       tu_sleep_ms(900 - (tu_now_ms() - t0));
-      assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY); /* not early */
-      lb = must_acquire(b, name, 2000, 0);
+      assert_int_equal(tu_try(b, name), DBLOCK_EBUSY); /* not early */
+      lb = tu_acquire(b, name, 2000, 0);
       if (tu_now_ms() - t0 > 1500 + 700)
         fail_msg("lease of 1.5 s by a client at %s held %lld ms", offsets[k],
                  (long long)(tu_now_ms() - t0));
@@ -534,20 +513,20 @@ static void test_clock_skew(void **s) {
       snprintf(args, sizeof args, "run '%s' --lease 600ms -- sleep 1.5", name);
       skewed(offsets[k], 1, args);
       tu_sleep_ms(500);
-      assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+      assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
       tu_sleep_ms(700); /* two of the holder's 200 ms pings later */
-      assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+      assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
       assert_int_equal(waitpid(child, &st, 0), child);
       child = 0;
       assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-      lb = must_acquire(b, name, 0, 0);
+      lb = tu_acquire(b, name, 0, 0);
     }
     assert_int_equal(dblock_lock_release(lb), 0);
 
     /* The skewed client as the one trying to take a live lock. */
     name = tu_name("skew-taker");
     t0 = tu_now_ms();
-    lb = must_acquire(b, name, 0, leased() ? 1500 : 0);
+    lb = tu_acquire(b, name, 0, leased() ? 1500 : 0);
     snprintf(args, sizeof args, leased() ? "acquire '%s' --lease 1s --wait 0"
                                          : "run '%s' --wait 0 -- true", name);
     assert_int_equal(skewed(offsets[k], 0, args), 3); /* busy */
@@ -579,11 +558,11 @@ static void test_ambiguous_outcome(void **s) {
   px_start(&px, server_port());
   px_url(url, sizeof url, &px);
   a = open_on(url, 0);
-  atomic_store(&lost_calls, 0);
+  atomic_store(&tu_lost_calls, 0);
 
   /* renewal: reply lost, then request lost — both renewed */
   for (int mode = PX_DROP_REPLY; mode <= PX_DROP_REQUEST; mode++) {
-    la = must_acquire(a, name, 0, leased() ? 30000 : 0);
+    la = tu_acquire(a, name, 0, leased() ? 30000 : 0);
     atomic_store(&px.mode, mode);
     if (leased()) {
       int64_t before = dblock_lock_expires_at(la);
@@ -593,7 +572,7 @@ static void test_ambiguous_outcome(void **s) {
       assert_int_equal(dblock_lock_inspect(&info, b, name), 0);
       assert_int_equal(info.held, 1);
       assert_int_equal(info.fence, dblock_lock_fence(la));
-      assert_int_equal(try_acquire(b, name), DBLOCK_EBUSY);
+      assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
       /* release: the same loss; the name ends up free either way */
       atomic_store(&px.mode, mode);
       if (dblock_lock_release(la) != 0) fail_msg("release, mode %d: %s", mode, tu_errmsg(a));
@@ -606,20 +585,20 @@ static void test_ambiguous_outcome(void **s) {
        * the name either way, but says lost: whether the session died
        * before the COMMIT or after it nobody can tell, and "lost" is the
        * answer that never overstates what the lock protected. */
-      la = must_acquire(a, name, 0, 0);
+      la = tu_acquire(a, name, 0, 0);
       atomic_store(&px.mode, mode);
       assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
     }
     assert_true(atomic_load(&px.dropped) >= 1);
     atomic_store(&px.dropped, 0);
-    lb = must_acquire(b, name, 2000, 0);
+    lb = tu_acquire(b, name, 2000, 0);
     assert_int_equal(dblock_lock_release(lb), 0);
   }
   if (leased()) {
     /* a renewal that comes too late: expired and taken over meanwhile */
-    la = must_acquire(a, name, 0, 500);
+    la = tu_acquire(a, name, 0, 500);
     tu_sleep_ms(700);
-    lb = must_acquire(b, name, 0, 0);
+    lb = tu_acquire(b, name, 0, 0);
     atomic_store(&px.mode, PX_DROP_REPLY);
     assert_int_equal(dblock_lock_renew(la), DBLOCK_ELOST);
     assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
@@ -669,11 +648,11 @@ static void test_least_privilege(void **s) {
     if (system(cmd) != 0) fail_msg("grant failed: %s", cmd);
   }
   c = open_on(app, 0);
-  l = must_acquire(c, name, 0, leased() ? 5000 : 0);
+  l = tu_acquire(c, name, 0, leased() ? 5000 : 0);
   if (dblock_lock_renew(l) != 0) fail_msg("renew as app role: %s", tu_errmsg(c));
   if (dblock_lock_release(l) != 0) fail_msg("release as app role: %s", tu_errmsg(c));
   /* an expired row for the reaper */
-  l = must_acquire(c, tu_name("lp-expired"), 0, leased() ? 100 : 0);
+  l = tu_acquire(c, tu_name("lp-expired"), 0, leased() ? 100 : 0);
   if (leased()) tu_sleep_ms(200);
   else assert_int_equal(dblock_lock_release(l), 0);
   if (dblock_reap(c, 0, 100, &deleted) != 0) fail_msg("reap as app role: %s", tu_errmsg(c));

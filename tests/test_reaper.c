@@ -189,14 +189,6 @@ static void test_two_reapers_sqlite(void **s) { (void)s; two_reapers("sqlite"); 
 static void test_two_reapers_postgres(void **s) { (void)s; two_reapers("postgres"); }
 static void test_two_reapers_mysql(void **s) { (void)s; two_reapers("mysql"); }
 
-static atomic_int lost_calls;
-static void on_lost(const char *name, int64_t fence, int reason, void *arg) {
-  (void)name;
-  (void)fence;
-  (void)reason;
-  (void)arg;
-  atomic_fetch_add(&lost_calls, 1);
-}
 
 typedef struct racer {
   dblock_client *c;
@@ -222,7 +214,7 @@ static void race_renewal(const char *backend) {
   snprintf(t, sizeof t, "reap_race_%d", (int)getpid());
   reaper = fresh(url, t, DBLOCK_STRATEGY_INSERT);
   o.table = t;
-  o.on_lost = on_lost;
+  o.on_lost = tu_on_lost;
   a = tu_open_opts(url, &o);
   for (int i = 0; i < 40; i++) {
     char name[32];
@@ -230,7 +222,7 @@ static void race_renewal(const char *backend) {
     dblock_lock_info info;
     racer r = {reaper, 0, -99};
     pthread_t th;
-    int rc, before = atomic_load(&lost_calls), ins;
+    int rc, before = atomic_load(&tu_lost_calls), ins;
     snprintf(name, sizeof name, "race-%d", i);
     assert_int_equal(dblock_lock_acquire(&l, a, name, 0, 200), 0);
     tu_sleep_ms(205); /* the lease has just ended */
@@ -248,7 +240,7 @@ static void race_renewal(const char *backend) {
     } else {
       assert_int_equal(rc, DBLOCK_ELOST);
       assert_int_equal(ins, DBLOCK_ENOTHELD);
-      assert_int_equal(atomic_load(&lost_calls), before + 1);
+      assert_int_equal(atomic_load(&tu_lost_calls), before + 1);
       assert_int_equal(dblock_lock_is_lost(l), 1);
       reaped++;
       assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);

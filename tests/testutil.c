@@ -111,3 +111,28 @@ void tu_sql(const char *url, const char *sql, int64_t *count) {
   d->close(c);
   dbl_url_free(&u);
 }
+
+dblock_lock *tu_acquire(dblock_client *c, const char *name, int64_t wait_ms,
+                        int64_t lease_ms) {
+  dblock_lock *l = NULL;
+  int rc = dblock_lock_acquire(&l, c, name, wait_ms, lease_ms);
+  if (rc != 0) fail_msg("acquire '%s': %d %s", name, rc, tu_errmsg(c));
+  return l;
+}
+
+int tu_try(dblock_client *c, const char *name) {
+  dblock_lock *l = NULL;
+  int rc = dblock_lock_acquire(&l, c, name, 0, 0);
+  if (rc == 0) dblock_lock_release(l);
+  return rc;
+}
+
+atomic_int tu_lost_calls;
+
+void tu_on_lost(const char *name, int64_t fence, int reason, void *arg) {
+  (void)name;
+  (void)fence;
+  (void)reason;
+  (void)arg;
+  atomic_fetch_add(&tu_lost_calls, 1);
+}

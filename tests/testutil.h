@@ -7,6 +7,7 @@
 #define DBLOCK_TESTUTIL_H
 
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -47,6 +48,18 @@ const char *tu_url(const char *backend);
  * sql as a script, or, with count, as a query whose first value goes to
  * *count. Fails the test on error. */
 void tu_sql(const char *url, const char *sql, int64_t *count);
+
+/* Acquires name on c (wait and lease as in dblock_lock_acquire), or fails
+ * the test with the reason. */
+dblock_lock *tu_acquire(dblock_client *c, const char *name, int64_t wait_ms,
+                        int64_t lease_ms);
+/* Tries name once with the client's lease and releases it at once if
+ * granted: returns what the acquire returned. */
+int tu_try(dblock_client *c, const char *name);
+
+/* An on_lost callback that counts its calls in tu_lost_calls. */
+extern atomic_int tu_lost_calls;
+void tu_on_lost(const char *name, int64_t fence, int reason, void *arg);
 
 /* The message of the last error on c (or of the thread when c is NULL). */
 const char *tu_errmsg(dblock_client *c);

@@ -332,12 +332,13 @@ int dblock_lock_release(dblock_lock *l) {
       rc = release_once(cl, &op, final);
       /* (for_update reports a dead session at COMMIT as lost: nobody can
        * tell whether it died before the COMMIT or after it.) */
-      if (rc == DBLOCK_ECONN && !h->pinned) {
+      if (rc == DBLOCK_ECONN && !h->pinned && final) {
         /* The reply was lost: the release may or may not have run. Ask
          * again on a fresh connection, by owner: still ours means it did
          * not run (this run frees it); gone means it ran, unless the lease
          * had already run out when it was sent (then it may have been
-         * taken over before: lost). */
+         * taken over before: lost). (An inner reentrant release is not
+         * asked again: a second decrement could count one hold twice.) */
         dbl_pool_discard(cl, pc);
         pc = NULL;
         if (dbl_pool_get(cl, &pc, 0, &e) == 0) {
