@@ -496,10 +496,12 @@ int main(int argc, char **argv) {
              ? "without a lock the race corrupts the balance; under every dblock strategy it never does"
              : "no anomaly under any lock");
   if (url == tmpurl) {
-    static const char *const files[] = {"bank.db", "bank.db-wal", "bank.db-shm",
-                                        "bank.db-account"};
+    static const char *const files[] = {
+        "bank.db", "bank.db-wal", "bank.db-shm", "bank.db-account",
+        /* where a for_update holder publishes itself (see sqlite.c) */
+        "bank.db-dblock-holders", "bank.db-dblock-holders-wal", "bank.db-dblock-holders-shm"};
     char path[160];
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
       snprintf(path, sizeof path, "%s/%s", tmpdir, files[i]);
       unlink(path);
     }
