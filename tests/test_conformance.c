@@ -207,6 +207,34 @@ static void test_fence_after_reap(void **s) {
   dblock_client_free(b);
 }
 
+/* A waiter that saw the name busy must still get it after the row was
+ * deleted under it (by the reaper once the lease ended; for_update: the
+ * holder releases, the row stays). An optimistic waiter polls without
+ * reading the row, so it must notice the row is gone and create it. */
+static void test_waiter_after_row_deleted(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("gone");
+  dblock_lock *l = tu_acquire(a, name, 0, 300), *lb = NULL;
+  int64_t deleted = 0;
+  (void)s;
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+  if (leased()) {
+    tu_sleep_ms(400);
+    assert_int_equal(dblock_reap(b, 0, 100, &deleted), 0);
+    assert_true(deleted >= 1);
+  } else {
+    must_release(l);
+    l = NULL;
+  }
+  if (dblock_lock_acquire(&lb, b, name, 3000, 0) != 0)
+    fail_msg("waiter did not get '%s' after its row went: %s", name, tu_errmsg(b));
+  must_release(lb);
+  if (l) assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
 /* Clause 5 after the holder process dies with SIGKILL; also the crash
  * rule: for_update frees the name within 2 s, a lease only when it ends. */
 static void test_holder_killed(void **s) {
@@ -584,6 +612,7 @@ int main(void) {
       cmocka_unit_test(test_owner_checked_release),
       cmocka_unit_test(test_fence_increasing),
       cmocka_unit_test(test_fence_after_reap),
+      cmocka_unit_test(test_waiter_after_row_deleted),
       cmocka_unit_test(test_holder_killed),
       cmocka_unit_test(test_try_timed_blocking),
       cmocka_unit_test(test_watchdog_keeps_lock),

@@ -87,7 +87,7 @@ static void set_lease_clock(struct dbl_held *h, int64_t sent_ms) {
 /* One attempt on a borrowed connection. For for_update a grant keeps the
  * connection pinned in h; otherwise it goes back to the pool. */
 static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
-                   int first, int64_t wait_ms, uint64_t hash, dbl_err *e) {
+                   int attempt_no, int64_t wait_ms, uint64_t hash, dbl_err *e) {
   dbl_pconn *pc;
   dbl_op op;
   int rc, pins = cl->strat->pins_connection;
@@ -102,7 +102,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
   }
   dbl_op_init(&op, cl, pc, h, e);
   op.reentrant = reentrant;
-  op.first_attempt = first;
+  op.attempt = attempt_no;
   if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
     op.version_hint = reentrant ? h->version : hint_get(cl, hash);
   sent = dbl_mono_ms();
@@ -205,7 +205,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
       server_wait = wait_ms < 0 ? -1 : wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
       if (wait_ms > 0 && server_wait < 1) server_wait = 1;
     }
-    rc = attempt(cl, h, reentrant, tries == 0, server_wait, hash, &e);
+    rc = attempt(cl, h, reentrant, tries, server_wait, hash, &e);
     tries++;
     if (rc != DBLOCK_EBUSY) break;
     if (wait_ms == 0) break;
@@ -326,7 +326,6 @@ int dblock_lock_release(dblock_lock *l) {
     if (h->pinned) pc = h->pinned;
     else rc = dbl_pool_get(cl, &pc, 0, &e);
     if (rc == 0) {
-      int64_t sent = dbl_mono_ms();
       dbl_op_init(&op, cl, pc, h, &e);
       op.reentrant = !final;
       rc = release_once(cl, &op, final);
@@ -336,8 +335,8 @@ int dblock_lock_release(dblock_lock *l) {
         /* The reply was lost: the release may or may not have run. Ask
          * again on a fresh connection, by owner: still ours means it did
          * not run (this run frees it); gone means it ran, unless the lease
-         * had already run out when it was sent (then it may have been
-         * taken over before: lost). (An inner reentrant release is not
+         * may have run out before the second look (then it may have been
+         * taken over: lost). (An inner reentrant release is not
          * asked again: a second decrement could count one hold twice.) */
         dbl_pool_discard(cl, pc);
         pc = NULL;
@@ -345,7 +344,9 @@ int dblock_lock_release(dblock_lock *l) {
           dbl_op_init(&op, cl, pc, h, &e);
           op.reentrant = !final;
           rc = release_once(cl, &op, final);
-          if (rc == DBLOCK_ELOST && (h->lease_ms <= 0 || sent < h->deadline_ms)) rc = 0;
+          /* Gone, and the lease cannot have ended before this second look
+           * ran: the first release did it. */
+          if (rc == DBLOCK_ELOST && (h->lease_ms <= 0 || dbl_mono_ms() < h->deadline_ms)) rc = 0;
         }
       }
       if (rc == 0) h->version = op.g.version;

@@ -47,7 +47,12 @@ static struct dbl_held *next_due(dblock_client *cl, int64_t now, int64_t *next) 
       h->busy = 1;
       return h;
     }
-    if (h->renew_at_ms < *next) *next = h->renew_at_ms;
+    {
+      /* Due but claimed by a caller's renew or release (which may take a
+       * reconnect): look again in 10 ms rather than spin. */
+      int64_t at = h->renew_at_ms > now ? h->renew_at_ms : now + 10;
+      if (at < *next) *next = at;
+    }
   }
   return NULL;
 }
@@ -110,6 +115,7 @@ void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms) {
   /* Asleep until after this lock is due: wake it to re-plan. Asleep until
    * before (its idle tick, or an earlier lock): it will see this one then;
    * awake: it scans every entry before sleeping again. */
-  if (cl->wd_wake_ms > due_ms) pthread_cond_signal(&cl->wake);
+  if (cl->wd_wake_ms > due_ms) pthread_cond_broadcast(&cl->wake); /* (the reaper
+                                      thread waits on it too: signal could pick it) */
   pthread_mutex_unlock(&cl->mu);
 }

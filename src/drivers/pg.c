@@ -361,28 +361,38 @@ static void quiet_notice(void *arg, const char *message) {
   (void)message;
 }
 
-/* Completes a PQconnectStart* connection within timeout_ms (<= 0: 5 s),
- * with server notices silenced first: a server shutting down sends a
- * WARNING to connections still starting, which libpq's default processor
- * would print on the caller's stderr. Returns 1 when connected, 0 when
- * libpq failed (PQerrorMessage says why), -1 on the timeout. */
+/* Completes a PQconnectStart* connection, giving each host timeout_ms
+ * (< 0: no limit, as libpq's connect_timeout=0) — the clock restarts when
+ * libpq moves on to the next host's socket — with server notices silenced
+ * first: a server shutting down sends a WARNING to connections still
+ * starting, which libpq's default processor would print on the caller's
+ * stderr. Returns 1 when connected, 0 when libpq failed (PQerrorMessage
+ * says why), -1 on the timeout. */
 static int connect_poll(PGconn *pg, int64_t timeout_ms) {
-  struct timespec t0, now;
+  struct timespec t0 = {0, 0}, now;
   PostgresPollingStatusType st = PGRES_POLLING_WRITING;
-  if (timeout_ms <= 0) timeout_ms = 5000;
+  int fd = -1;
   /* Server notices (e.g. "already exists, skipping") are not errors and
    * must not reach the caller's stderr either. */
   PQsetNoticeProcessor(pg, quiet_notice, NULL);
-  clock_gettime(CLOCK_MONOTONIC, &t0);
   for (;;) {
     struct pollfd p = {.fd = PQsocket(pg)};
-    int64_t left;
+    int64_t left = -1;
     if (st == PGRES_POLLING_OK) return 1;
     if (st == PGRES_POLLING_FAILED) return 0;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    left = timeout_ms - ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000);
+    if (p.fd != fd) { /* a new host: its own timeout */
+      fd = p.fd;
+      t0 = now;
+    }
+    if (timeout_ms >= 0) {
+      left = timeout_ms - ((now.tv_sec - t0.tv_sec) * 1000 +
+                           (now.tv_nsec - t0.tv_nsec) / 1000000);
+      if (left <= 0) return -1;
+      if (left > 60000) left = 60000; /* poll takes an int; loop instead */
+    }
     p.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
-    if (left <= 0 || poll(&p, 1, (int)left) == 0) return -1;
+    if (poll(&p, 1, (int)left) == 0 && timeout_ms >= 0 && left < 60000) return -1;
     st = PQconnectPoll(pg);
   }
 }
@@ -443,8 +453,13 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   }
   keys[n] = NULL;
   vals[n] = NULL;
-  if (dbl_url_param(u, "connect_timeout"))
+  /* The URL's connect_timeout wins, in libpq's terms (0: no limit). */
+  if (dbl_url_param(u, "connect_timeout")) {
     timeout_ms = atoll(dbl_url_param(u, "connect_timeout")) * 1000;
+    if (timeout_ms <= 0) timeout_ms = -1;
+  } else if (timeout_ms <= 0) {
+    timeout_ms = 5000;
+  }
   c->pg = PQconnectStartParams(keys, vals, 1);
   if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD || (polled = connect_poll(c->pg, timeout_ms)) != 1) {
     int rc = polled < 0 ? dbl_err_set(e, DBLOCK_ECONN, "08001", 0,

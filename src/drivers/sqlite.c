@@ -34,6 +34,7 @@ struct dbl_conn {
   dbl_stmt_cache cache;
   char *side_path;  /* the holders side database, opened on first use */
   sqlite3 *side;
+  int side_failed;  /* could not be opened: publication is off */
 };
 
 static int64_t wall_us(void) {
@@ -51,6 +52,7 @@ static void fn_now_us(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
 /* Opens the side database of published holders; 0 on success. */
 static int side_open(dbl_conn *c) {
   if (c->side) return 0;
+  if (c->side_failed) return -1; /* e.g. a read-only folder: do not retry */
   if (sqlite3_open_v2(c->side_path, &c->side,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                       NULL) != SQLITE_OK ||
@@ -62,6 +64,7 @@ static int side_open(dbl_conn *c) {
                    NULL, NULL, NULL) != SQLITE_OK) {
     sqlite3_close_v2(c->side);
     c->side = NULL;
+    c->side_failed = 1;
     return -1;
   }
   return 0;

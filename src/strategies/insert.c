@@ -117,7 +117,7 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
     dbl_res_clear(&r);
     /* Say "another strategy" rather than "busy" when that is the reason;
      * checked once per acquire call, not on every poll. */
-    if (op->first_attempt && (rc = dbl_row_strategy_is(op, "insert", &other)) == 0 && other)
+    if (op->attempt == 0 && (rc = dbl_row_strategy_is(op, "insert", &other)) == 0 && other)
       return DBLOCK_EMISMATCH;
     return DBLOCK_EBUSY;
   }

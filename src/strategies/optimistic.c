@@ -208,7 +208,11 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
    * once always wins (it knows its version) — that starved waiters. */
   if (v >= 0 || v == VERSION_ANY) {
     if ((rc = cas(op, v)) != DBLOCK_EBUSY) return rc;
-    if (v == VERSION_ANY) return DBLOCK_EBUSY;
+    /* Every 8th poll (and the first of a call) also reads the row: it may
+     * have been deleted meanwhile (reaper, an insert-strategy release) and
+     * need creating again, or have passed to another strategy. Reading
+     * on every poll would give back the holder's edge. */
+    if (v == VERSION_ANY && op->attempt % 8 != 0) return DBLOCK_EBUSY;
   }
   /* A miss, or nothing known: read (creating a missing row), and CAS
    * again while the row keeps moving but stays free. */

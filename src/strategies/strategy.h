@@ -39,7 +39,7 @@ typedef struct dbl_op {
    * successful call. */
   dbl_grant g;
   int reentrant;          /* this owner already holds the name */
-  int first_attempt;      /* first try of this acquire call */
+  int attempt;            /* 0 for the first try of this acquire call, then 1, 2, ... */
   int64_t version_hint;   /* optimistic: last known row version, -1 = none */
   dbl_err *e;
 } dbl_op;
