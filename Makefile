@@ -68,7 +68,8 @@ $(B)/obj/%.o: src/%.c include/dblock.h $(wildcard src/*/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(B)/migrations.c: $(MIGRATIONS) tools/embed-migrations.sh
+# (the folders too: a renamed or removed file changes only their mtime)
+$(B)/migrations.c: $(MIGRATIONS) $(wildcard migrations/*/) tools/embed-migrations.sh
 	@mkdir -p $(B)
 	sh tools/embed-migrations.sh migrations > $@.tmp && mv $@.tmp $@
 

@@ -95,14 +95,18 @@ typedef enum dblock_strategy {
 typedef struct dblock_lock dblock_lock;
 typedef struct dblock_client dblock_client;
 
-/* Called (from the client's watchdog thread, or from the thread that
- * noticed) when a held lock is found lost. name is the lock's name, fence its
- * token; both valid only during the call. Must not release or free the lock
- * inside the callback; note it and act on it from the owning thread. */
+/* Called once per lost grant, when a held lock is found lost or can no
+ * longer be known held: from the client's watchdog thread at the lease's
+ * loss deadline (see dblock_lock_acquire), or from the thread whose call
+ * found it gone. Every call that returns DBLOCK_ELOST for a handle has
+ * called it first. name is the lock's name, fence its token; both valid only
+ * during the call. Keep it short (it delays the watchdog) and do not call
+ * dblock functions on the same client from it: note the loss (an atomic
+ * flag) and act on it from the owning thread. */
 typedef void (*dblock_lost_fn)(const char *name, int64_t fence, int reason,
                                void *arg);
 
-#define DBLOCK_OPTIONS_VERSION 1
+#define DBLOCK_OPTIONS_VERSION 2
 
 /* Client options. Zero means "default" for every field, so
  * `dblock_options o = DBLOCK_OPTIONS_INIT;` and setting what you need is the
@@ -126,6 +130,16 @@ typedef struct dblock_options {
                                  [a-z_][a-z0-9_]*, at most 40 bytes */
   dblock_lost_fn on_lost;     /* lost-lock callback, may be NULL */
   void *on_lost_arg;
+  /* ---- version 2 ---- */
+  int64_t call_timeout_ms;    /* longest wait for the server's answer to any
+                                 one call (besides a lock wait the caller
+                                 asked for): 10000. A call that runs out is
+                                 cut (its connection closed, never reused)
+                                 and reports DBLOCK_ECONN. */
+  int64_t loss_margin_ms;     /* how long before its lease's end a lock not
+                                 renewed by then is declared lost; 0 = the
+                                 default, min(lease/2, max(100, lease/20))
+                                 (capped at lease/2 when set) */
 } dblock_options;
 
 #define DBLOCK_OPTIONS_INIT {.version = DBLOCK_OPTIONS_VERSION}
@@ -146,10 +160,12 @@ typedef struct dblock_options {
 int dblock_client_open(dblock_client **out, const char *url,
                        const dblock_options *opts);
 
-/* Stops the watchdog and reaper threads, rolls back / releases nothing
- * explicitly (held for_update locks end with their sessions; leased locks
- * expire), closes connections and frees the client. Locks still held become
- * invalid handles: release them first. NULL is a no-op. */
+/* Stops the watchdog, renewal and reaper threads, rolls back / releases
+ * nothing explicitly (held for_update locks end with their sessions; leased
+ * locks expire), closes connections and frees the client. Calls still in
+ * flight on other threads' behalf (renewals, a reaper pass) are cut, so it
+ * returns promptly even when the server is unreachable. Locks still held
+ * become invalid handles: release them first. NULL is a no-op. */
 void dblock_client_free(dblock_client *client);
 
 /* Copies the client's most recent error (from any thread) into *out.
@@ -208,6 +224,22 @@ void dblock_migration_info_free(dblock_migration_info *info, size_t count);
  *   lease_ms == 0: the client's lease, renewed by the watchdog while held;
  *   lease_ms  > 0: an explicit lease, NOT renewed automatically (renew it
  *                  with dblock_lock_renew); ignored by for_update.
+ * Never blind: a leased lock (insert, optimistic) is declared lost — the
+ * on_lost callback fires, dblock_lock_is_lost() says 1 — at
+ *     T + lease - margin    (margin: dblock_options.loss_margin_ms)
+ * by this host's monotonic clock, where T is when the statement that last
+ * set the lease (grant or renewal) was sent, unless a renewal confirmed
+ * meanwhile has moved T. Nobody else can be granted the name before
+ * T + lease by the server's clock, so the holder is told first, even when a
+ * call is stuck on a stalled network (every call is bounded in time) and
+ * for explicit leases too. The margin covers clock-rate differences and the
+ * time the holder needs to stop. A for_update lock has no lease: its
+ * session is pinged every min(lease / 3, 5 s) and the server's idle
+ * limits for it are set to 3 pings (at least 10 s); a lock whose pings go
+ * unconfirmed is declared lost a margin before that limit, so a session the
+ * server may end is found gone first. (A session the server ends at once —
+ * killed, or the network reset — frees the name at once; the holder learns
+ * at its next ping.)
  * If this thread already holds name on this client, the hold is reentrant
  * (a second handle; two releases free it) unless the client is
  * non_reentrant (DBLOCK_EDEADLK at once).
@@ -230,7 +262,12 @@ int dblock_lock_release(dblock_lock *lock);
 int dblock_lock_renew(dblock_lock *lock);
 
 /* Fencing token of the grant: strictly greater than every token issued for
- * this name before. Reentrant holds share the first grant's token. */
+ * this name before, in grant order — across holder and server crashes
+ * (also a PostgreSQL crash-restart that keeps the postmaster), standby
+ * promotion, poolers, reaped rows and, on SQLite, clocks that step (see the
+ * README's fencing table for the limits: Galera, asynchronous standbys).
+ * Reentrant holds share the first grant's token; an acquire by a thread
+ * with no live hold on the name is always a fresh grant with a new token. */
 int64_t dblock_lock_fence(const dblock_lock *lock);
 
 /* The lock's name (owned by the handle). */

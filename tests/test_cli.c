@@ -26,6 +26,7 @@
  * runs only the matching tests.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1042,6 +1043,113 @@ static void t_force_unlock(const char *be, const char *st) {
   }
 }
 
+/* ---- tests: `dblock run` supervises a process group ---------------------- */
+
+/* The child records its process group ($1.pg), then runs a pipeline whose
+ * members are not the shell itself: the case where signalling only the
+ * shell leaves work running outside the lock. */
+#define PGREC "cut -d' ' -f5 /proc/$$/stat > \"$1.pg\"; "
+static const char GROUP_SCRIPT[] = PGREC READY "sleep 100 | cat";
+
+/* Live (not zombie) processes whose process group is pg. */
+static int group_members(long pg) {
+  DIR *d = opendir("/proc");
+  struct dirent *de;
+  int n = 0;
+  if (!d) fail_msg("cannot read /proc");
+  while ((de = readdir(d)) != NULL) {
+    char path[300], buf[512], *rp, state;
+    long pgrp;
+    FILE *f;
+    if (de->d_name[0] < '1' || de->d_name[0] > '9') continue;
+    snprintf(path, sizeof path, "/proc/%s/stat", de->d_name);
+    if (!(f = fopen(path, "r"))) continue;
+    if (fgets(buf, sizeof buf, f) && (rp = strrchr(buf, ')')) &&
+        sscanf(rp + 2, "%c %*d %ld", &state, &pgrp) == 2 && pgrp == pg && state != 'Z')
+      n++;
+    fclose(f);
+  }
+  closedir(d);
+  return n;
+}
+
+/* Waits up to ms for process group pg to be empty; returns what is left. */
+static int group_gone_within(long pg, int64_t ms) {
+  int64_t end = tu_now_ms() + ms;
+  int n;
+  while ((n = group_members(pg)) > 0 && tu_now_ms() < end) tu_sleep_ms(20);
+  return n;
+}
+
+/* The command's process group, once its pipeline runs (sh, sleep, cat:
+ * at least 3 members besides the guardian that leads it). */
+static long holder_group(const holder *h) {
+  char *s = wait_file(tfmt("%s.pg", h->ready), &h->p, 5000);
+  long pg = strtol(s, NULL, 10);
+  int64_t end = tu_now_ms() + 5000;
+  if (pg <= 1) fail_msg("bad process group '%s'", s);
+  while (group_members(pg) < 3 && tu_now_ms() < end) tu_sleep_ms(10);
+  if (group_members(pg) < 3) fail_msg("expected sh, sleep and cat in group %ld", pg);
+  return pg;
+}
+
+/* The lock is lost (force-unlock) while `dblock run` runs a pipeline: the
+ * whole process group gets SIGTERM, so no member survives (exit 4). */
+static void t_run_group_lost(const char *be) {
+  const tu_backend *b = migrated(be);
+  const char *name = tname("group");
+  holder h = hold(b, "insert", name, "1s", GROUP_SCRIPT);
+  long pg = holder_group(&h);
+  cmdv c = dblock_cmd(b->url, "insert");
+  result r;
+  int left;
+  cv_addl(&c, "force-unlock", name, NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  r = finish(&h.p, 10000);
+  if (r.code != 4) fail_msg("`%s`: expected exit 4 (lost), got %d; stderr: %s", h.p.cmd, r.code, r.err);
+  if ((left = group_gone_within(pg, 1000)) != 0)
+    fail_msg("[%s] %d process(es) of the command's group still run after the lock was lost", be, left);
+}
+
+/* `dblock run` itself is SIGKILLed (OOM killer): every process of its
+ * command is gone within 1 s. for_update, where the name is free the
+ * moment the supervisor's session dies: another run gets it, and by then
+ * nothing of the first command may still run. */
+static void t_run_supervisor_killed(const char *be) {
+  const tu_backend *b = migrated(be);
+  const char *name = tname("orphan");
+  holder h = hold(b, "for_update", name, NULL, GROUP_SCRIPT);
+  long pg = holder_group(&h);
+  int left;
+  cmdv c;
+  result r;
+  kill(h.p.pid, SIGKILL);
+  if ((left = group_gone_within(pg, 1000)) != 0)
+    fail_msg("[%s] %d process(es) of the command outlived `dblock run` by 1 s", be, left);
+  c = dblock_cmd(b->url, "for_update");
+  cv_addl(&c, "run", "--wait", "5s", name, "--", "true", NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+}
+
+/* No database connection of the supervisor leaks into the command. */
+static void t_run_no_socket(const char *be) {
+  const tu_backend *b = migrated(be);
+  const char *name = tname("fds");
+  const char *out = tpath("fds");
+  cmdv c = dblock_cmd(b->url, "for_update");
+  result r;
+  char *fds;
+  cv_addl(&c, "run", name, "--", "sh", "-c", "ls -l /proc/$$/fd/ > \"$1\"", "sh", out, NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  fds = slurp(out);
+  if (!fds) fail_msg("no fd list from the child");
+  if (strstr(fds, "socket:"))
+    fail_msg("[%s] the command inherited a socket from dblock run:\n%s", be, fds);
+}
+
 /* ---- tests: list --json ------------------------------------------------- */
 
 static void t_list_json(const char *be) {
@@ -1194,13 +1302,13 @@ static void t_reaper_once(const char *be) {
   cmdv c = dblock_cmd(b->url, NULL);
   result r;
   jv *v;
-  /* An expired row: acquired with a 100 ms lease that is never renewed. */
-  cv_addl(&c, "acquire", name, "--lease", "100ms", NULL);
+  /* An expired row: acquired with a short lease that is never renewed. */
+  cv_addl(&c, "acquire", name, "--lease", "300ms", NULL);
   r = run(&c, 15000);
   expect_code(&r, &c, 0);
   if (strncmp(r.out, "fence=", 6) != 0 || !strstr(r.out, "\ntoken="))
     fail_msg("`%s`: unexpected output: %s", cmdline(&c), r.out);
-  tu_sleep_ms(400);
+  tu_sleep_ms(600);
 
   c = reaper_cmd();
   cv_addl(&c, "--once", "--url", b->url, "--table", TABLE, NULL);
@@ -1251,7 +1359,7 @@ static void t_reaper_for_update_held(const char *be) {
     cmdv a = {{NULL}, 0};
     cv_add(&a, c.v[0]);
     cv_addl(&a, "--url", b->url, "--table", table, "acquire", tfmt("%s-exp%d", name, k),
-            "--lease", "100ms", NULL);
+            "--lease", "1s", NULL);
     p[k] = start(&a);
   }
   for (int k = 0; k < EXPIRED_ROWS; k++) {
@@ -1269,7 +1377,7 @@ static void t_reaper_for_update_held(const char *be) {
     h.p = start(&hc);
     wait_file(h.ready, &h.p, 20000);
   }
-  tu_sleep_ms(300); /* the 100 ms leases are over */
+  tu_sleep_ms(1200); /* the 1 s leases are over */
   c = reaper_cmd();
   cv_addl(&c, "--once", "--url", b->url, "--table", table, NULL);
   r = run(&c, 30000);
@@ -1464,6 +1572,16 @@ PER_BACKEND_STRATEGY(keeps_lock, mysql)
 PER_BACKEND_STRATEGY(force_unlock, sqlite)
 PER_BACKEND_STRATEGY(force_unlock, postgres)
 PER_BACKEND_STRATEGY(force_unlock, mysql)
+PER_BACKEND(run_group_lost)
+PER_BACKEND(run_supervisor_killed)
+static void test_run_no_socket_postgres(void **s) {
+  (void)s;
+  t_run_no_socket("postgres");
+}
+static void test_run_no_socket_mysql(void **s) {
+  (void)s;
+  t_run_no_socket("mysql");
+}
 PER_BACKEND(reaper_once)
 PER_BACKEND(reaper_missing_schema)
 PER_BACKEND(reaper_unreachable)
@@ -1574,6 +1692,14 @@ int main(void) {
       T(test_force_unlock_mysql_insert),
       T(test_force_unlock_mysql_optimistic),
       T(test_force_unlock_mysql_for_update),
+      T(test_run_group_lost_sqlite),
+      T(test_run_group_lost_postgres),
+      T(test_run_group_lost_mysql),
+      T(test_run_supervisor_killed_sqlite),
+      T(test_run_supervisor_killed_postgres),
+      T(test_run_supervisor_killed_mysql),
+      T(test_run_no_socket_postgres),
+      T(test_run_no_socket_mysql),
       T(test_list_json_sqlite),
       T(test_list_json_postgres),
       T(test_list_json_mysql),

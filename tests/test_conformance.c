@@ -363,25 +363,32 @@ static int lost_calls(lost_note *n) {
   return c;
 }
 
+/* A client on the current pair whose on_lost counts into note (reset). */
+static dblock_client *cli_noted(lost_note *note, int64_t lease_ms) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.lease_ms = lease_ms;
+  o.on_lost = on_lost;
+  o.on_lost_arg = note;
+  pthread_mutex_lock(&note->mu);
+  note->calls = 0;
+  pthread_mutex_unlock(&note->mu);
+  return tu_open_opts(cur.url, &o);
+}
+
 /* Clause 7: force-unlock while held: the watchdog notices, the callback
  * fires, the handle says lost. Forcing a held for_update lock ends the
  * holder's session, which only PostgreSQL allows (refused elsewhere). */
 static void test_lost_callback_on_force_unlock(void **s) {
   static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
-  dblock_options o = DBLOCK_OPTIONS_INIT;
   dblock_client *a, *b = cli(0);
   const char *name = tu_name("forced");
   dblock_lock *l;
   int64_t nf = 0, t0;
   int rc;
   (void)s;
-  o.strategy = cur.strategy;
-  o.table = cur.table;
-  o.lease_ms = 600;
-  o.on_lost = on_lost;
-  o.on_lost_arg = &note;
-  note.calls = 0;
-  a = tu_open_opts(cur.url, &o);
+  a = cli_noted(&note, 600);
   l = tu_acquire(a, name, 0, 0);
   rc = dblock_force_unlock(b, name, &nf);
   if (!leased() && is("sqlite")) {
@@ -404,17 +411,11 @@ static void test_lost_callback_on_force_unlock(void **s) {
  * callback fires. for_update cannot expire: it is still held. */
 static void test_lost_after_expiry_takeover(void **s) {
   static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
-  dblock_options o = DBLOCK_OPTIONS_INIT;
   dblock_client *a, *b = cli(0);
   const char *name = tu_name("stolen");
   dblock_lock *l, *lb;
   (void)s;
-  o.strategy = cur.strategy;
-  o.table = cur.table;
-  o.on_lost = on_lost;
-  o.on_lost_arg = &note;
-  note.calls = 0;
-  a = tu_open_opts(cur.url, &o);
+  a = cli_noted(&note, 0);
   l = tu_acquire(a, name, 0, 300); /* explicit lease: no watchdog */
   tu_sleep_ms(450);
   if (leased()) {
@@ -428,6 +429,67 @@ static void test_lost_after_expiry_takeover(void **s) {
     assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
     assert_int_equal(dblock_lock_renew(l), 0);
     must_release(l);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Clause 7, never blind, explicit lease: a lock acquired with an explicit
+ * lease (not renewed) is declared lost at lease - margin after the grant
+ * was asked for, with no call on the handle: the callback fires once and
+ * is_lost says 1 before the lease is over. Its release then says lost
+ * without a second callback. for_update has no lease: still held. */
+static void test_explicit_lease_told_on_time(void **s) {
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  dblock_client *a;
+  const char *name = tu_name("explicit");
+  dblock_lock *l;
+  int64_t t0, told = -1;
+  (void)s;
+  a = cli_noted(&note, 0);
+  t0 = tu_now_ms();
+  l = tu_acquire(a, name, 0, 800);
+  while (tu_now_ms() - t0 < 1200) {
+    if (told < 0 && dblock_lock_is_lost(l)) told = tu_now_ms() - t0;
+    tu_sleep_ms(5);
+  }
+  if (leased()) {
+    /* margin = max(100, 800 / 20) = 100: lost at 700 ms after t0 */
+    if (told < 0) fail_msg("explicit 800 ms lease: never declared lost");
+    if (told > 800) fail_msg("explicit 800 ms lease declared lost only after %lld ms", (long long)told);
+    if (told < 600) fail_msg("explicit 800 ms lease declared lost early, at %lld ms", (long long)told);
+    assert_int_equal(lost_calls(&note), 1);
+    assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+    assert_int_equal(lost_calls(&note), 1);
+  } else {
+    assert_int_equal(told, -1);
+    assert_int_equal(lost_calls(&note), 0);
+    must_release(l);
+  }
+  dblock_client_free(a);
+}
+
+/* Clause 7: DBLOCK_ELOST from release implies the callback has fired, once:
+ * the name is force-unlocked and released before the watchdog looks (30 s
+ * lease: first renewal after 10 s). */
+static void test_lost_release_fires_callback(void **s) {
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  dblock_client *a, *b = cli(0);
+  const char *name = tu_name("lostrel");
+  dblock_lock *l;
+  int rc;
+  (void)s;
+  a = cli_noted(&note, 0);
+  l = tu_acquire(a, name, 0, 0);
+  rc = dblock_force_unlock(b, name, NULL);
+  if (!leased() && is("sqlite")) {
+    assert_int_equal(rc, DBLOCK_EUNSUPPORTED);
+    must_release(l);
+  } else {
+    if (rc != 0) fail_msg("force-unlock: %d %s", rc, tu_errmsg(b));
+    assert_int_equal(lost_calls(&note), 0);
+    assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+    assert_int_equal(lost_calls(&note), 1);
   }
   dblock_client_free(a);
   dblock_client_free(b);
@@ -618,6 +680,8 @@ int main(void) {
       cmocka_unit_test(test_watchdog_keeps_lock),
       cmocka_unit_test(test_lost_callback_on_force_unlock),
       cmocka_unit_test(test_lost_after_expiry_takeover),
+      cmocka_unit_test(test_explicit_lease_told_on_time),
+      cmocka_unit_test(test_lost_release_fires_callback),
       cmocka_unit_test(test_introspection),
       cmocka_unit_test(test_force_unlock_frees_and_bumps),
       cmocka_unit_test(test_mixing_strategies),
@@ -629,6 +693,8 @@ int main(void) {
   int n, failed = 0;
   const tu_backend *b = tu_backends(&n);
   const char *only = getenv("DBLOCK_TEST_PAIR"); /* e.g. "postgres/insert" */
+  /* DBLOCK_TEST_FILTER=pattern runs only the matching tests (e.g. "*stall*"). */
+  if (getenv("DBLOCK_TEST_FILTER")) cmocka_set_test_filter(getenv("DBLOCK_TEST_FILTER"));
   for (int i = 0; i < n; i++)
     for (size_t k = 0; k < 3; k++) {
       char group[64];

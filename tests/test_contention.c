@@ -4,7 +4,9 @@
  * each cycle reading a counter in shared memory, sleeping >= 1 ms and
  * writing counter + 1 under the lock, while an overlap detector in shared
  * memory records any moment two processes are inside at once. The counter
- * must be exact and the detector must stay at zero.
+ * must be exact and the detector must stay at zero. Each grant also checks
+ * its fencing token against the one before it in counter order (kept in
+ * shared memory inside the critical section): fences must strictly grow.
  */
 #include <signal.h>
 #include <stdatomic.h>
@@ -25,6 +27,8 @@ typedef struct shared {
   long counter;           /* deliberately non-atomic */
   atomic_long release_errors;
   atomic_long acquire_errors;
+  long long last_fence;   /* the previous grant's fence (under the lock) */
+  atomic_long fence_regressions;
 } shared;
 
 static void worker(const char *url, dblock_strategy st, const char *table,
@@ -49,6 +53,8 @@ static void worker(const char *url, dblock_strategy st, const char *table,
     if (!atomic_compare_exchange_strong(&sh->inside, &expected, me))
       atomic_fetch_add(&sh->overlaps, 1);
     v = sh->counter;
+    if (dblock_lock_fence(l) <= sh->last_fence) atomic_fetch_add(&sh->fence_regressions, 1);
+    sh->last_fence = dblock_lock_fence(l);
     atomic_signal_fence(memory_order_seq_cst);
     tu_sleep_ms(1);
     sh->counter = v + 1;
@@ -95,13 +101,14 @@ static void run_pair(const char *backend, dblock_strategy st) {
     waitpid(pids[i], &stt, 0);
     if (!WIFEXITED(stt) || WEXITSTATUS(stt) != 0) bad_exit++;
   }
-  printf("# %s/%s: %d x %d cycles in %lld ms, counter %ld, overlaps %ld\n", backend,
-         dblock_strategy_name(st), PROCS, cycles, (long long)(tu_now_ms() - t0), sh->counter,
-         (long)atomic_load(&sh->overlaps));
+  printf("# %s/%s: %d x %d cycles in %lld ms, counter %ld, overlaps %ld, fence regressions %ld\n",
+         backend, dblock_strategy_name(st), PROCS, cycles, (long long)(tu_now_ms() - t0),
+         sh->counter, (long)atomic_load(&sh->overlaps), (long)atomic_load(&sh->fence_regressions));
   assert_int_equal(bad_exit, 0);
   assert_int_equal(atomic_load(&sh->acquire_errors), 0);
   assert_int_equal(atomic_load(&sh->release_errors), 0);
   assert_int_equal(atomic_load(&sh->overlaps), 0);
+  assert_int_equal(atomic_load(&sh->fence_regressions), 0);
   assert_int_equal(sh->counter, (long)PROCS * cycles);
   munmap(sh, sizeof *sh);
 }

@@ -122,6 +122,46 @@ static void test_unique_conflict_is_busy(void **s) {
   }
 }
 
+/* MariaDB lock waits: a try (wait 0) and a wait of whole seconds carry no
+ * statement time limit, so a slow but unblocked statement (a loaded
+ * server) is not cut short and called busy; a sub-second wait's limit
+ * applies to the next statement only and never stays on the pooled
+ * connection for later ones. */
+static void test_my_lock_wait_never_leaks(void **s) {
+  dbl_conn *c;
+  dbl_err e;
+  dbl_res r;
+  const dbl_driver *d;
+  (void)s;
+  memset(&e, 0, sizeof e);
+  assert_non_null(c = tu_conn(tu_url("mysql"), &d));
+  /* a try: InnoDB does not wait at all, and no statement time limit is set
+   * (a 1 ms limit used to call a free name busy on a loaded server) */
+  assert_int_equal(d->set_lock_wait(c, 0, &e), 0);
+  assert_int_equal(d->query(c, "SELECT @@max_statement_time * 1000, @@innodb_lock_wait_timeout",
+                            NULL, 0, &r, &e), 0);
+  if (dbl_res_i64(&r, 0, 0) != 0 || dbl_res_i64(&r, 0, 1) != 0)
+    fail_msg("a try set max_statement_time %s ms, innodb_lock_wait_timeout %s s",
+             dbl_res_get(&r, 0, 0), dbl_res_get(&r, 0, 1));
+  dbl_res_clear(&r);
+  if (d->query(c, "SELECT BENCHMARK(1000000, MD5('x'))", NULL, 0, NULL, &e) != 0)
+    fail_msg("slow statement after a try's lock wait: %d %s", e.code, e.msg);
+  /* sub-second: armed for one statement, gone after it */
+  assert_int_equal(d->set_lock_wait(c, 300, &e), 0);
+  assert_int_equal(d->query(c, "SELECT 1", NULL, 0, NULL, &e), 0);
+  assert_int_equal(d->query(c, "SELECT @@max_statement_time * 1000", NULL, 0, &r, &e), 0);
+  if (dbl_res_i64(&r, 0, 0) != 0) fail_msg("max_statement_time stayed %s", dbl_res_get(&r, 0, 0));
+  dbl_res_clear(&r);
+  /* whole seconds: no statement limit at all */
+  assert_int_equal(d->set_lock_wait(c, 1000, &e), 0);
+  assert_int_equal(d->query(c, "SELECT @@max_statement_time * 1000, @@innodb_lock_wait_timeout",
+                            NULL, 0, &r, &e), 0);
+  assert_int_equal(dbl_res_i64(&r, 0, 0), 0);
+  assert_int_equal(dbl_res_i64(&r, 0, 1), 1);
+  dbl_res_clear(&r);
+  d->close(c);
+}
+
 /* A role that may only read the lock table: the write is refused as a
  * permission error, not a generic one. */
 static void read_only_role(const char *main_url, const char *ro_url) {
@@ -172,6 +212,7 @@ int main(void) {
       cmocka_unit_test(test_my_unknown_database),
       cmocka_unit_test(test_missing_table_is_schema),
       cmocka_unit_test(test_unique_conflict_is_busy),
+      cmocka_unit_test(test_my_lock_wait_never_leaks),
       cmocka_unit_test(test_pg_read_only_role_is_perm),
       cmocka_unit_test(test_my_read_only_role_is_perm),
       cmocka_unit_test(test_pg_keyword_string_errors),

@@ -8,6 +8,14 @@
  *   skew       the other side runs under faketime +/-30 s
  *   ambiguous  a renewal or release whose request or reply is lost
  *   privilege  a role with only SELECT/INSERT/UPDATE/DELETE on the tables
+ *   stalled    a relay that stops passing bytes but keeps every socket open
+ *              (all connections, or one), also under `dblock run`
+ *   idle limit server idle-in-transaction limits below the ping interval
+ *   crash      a fence handed out just before a crash (PostgreSQL: one backend
+ *              SIGKILLed, the postmaster reinitializes; MariaDB: kill -9)
+ *   relstall   a release stalled by the network, then a re-acquire
+ * plus, on PostgreSQL/insert only, a frozen backend racing a grant and
+ * PgBouncer across a restart, and on SQLite clocks stepped with faketime.
  * A holder SIGKILLed mid-section is test_holder_killed in test_conformance.
  *
  * The network faults go through a small TCP proxy in this file rather than
@@ -28,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "drivers/driver.h"
 #include "testutil.h"
 
 static struct {
@@ -45,7 +54,7 @@ static int is(const char *backend) { return strcmp(cur.backend, backend) == 0; }
 
 /* ---------------------------------------------------------------- proxy */
 
-enum { PX_PASS, PX_DROP_REPLY, PX_DROP_REQUEST, PX_CUT };
+enum { PX_PASS, PX_DROP_REPLY, PX_DROP_REQUEST, PX_CUT, PX_STALL, PX_STALL_ONE };
 #define PX_MAX 64
 
 /* A TCP proxy on a free loopback port in front of the server. In PASS it
@@ -53,12 +62,17 @@ enum { PX_PASS, PX_DROP_REPLY, PX_DROP_REQUEST, PX_CUT };
  * the server's reply thrown away and both sides closed (the statement ran;
  * the client cannot know). DROP_REQUEST: the next request is thrown away
  * and both sides closed (the statement never ran). CUT: every connection is
- * closed and new ones are refused until PASS again. */
+ * closed and new ones are refused until PASS again. STALL: nothing passes
+ * any more, on any connection, old or new, but every socket stays open (a
+ * stalled proxy, a one-sided partition, a firewall that drops): the
+ * client's kernel even acknowledges what it sends. STALL_ONE: the next
+ * request is swallowed and that one connection stalls for good; the others
+ * keep passing. */
 typedef struct proxy {
   int lfd, port, upstream;
   pthread_t th;
-  atomic_int mode, stop, dropped;
-  int cfd[PX_MAX], sfd[PX_MAX], victim[PX_MAX];
+  atomic_int mode, stop, dropped, stalls;
+  int cfd[PX_MAX], sfd[PX_MAX], victim[PX_MAX], stalled[PX_MAX];
 } proxy;
 
 static void px_close_pair(proxy *p, int i) {
@@ -66,6 +80,7 @@ static void px_close_pair(proxy *p, int i) {
   if (p->sfd[i] >= 0) close(p->sfd[i]);
   p->cfd[i] = p->sfd[i] = -1;
   p->victim[i] = 0;
+  p->stalled[i] = 0;
 }
 
 static int px_connect_upstream(int port) {
@@ -94,6 +109,12 @@ static void px_pump(proxy *p, int i, int from_client) {
     atomic_store(&p->mode, PX_PASS);
     atomic_fetch_add(&p->dropped, 1);
     px_close_pair(p, i);
+    return;
+  }
+  if (from_client && mode == PX_STALL_ONE) {
+    atomic_store(&p->mode, PX_PASS);
+    atomic_fetch_add(&p->stalls, 1);
+    p->stalled[i] = 1; /* the request is swallowed; nothing more passes */
     return;
   }
   if (from_client && mode == PX_DROP_REPLY) {
@@ -125,7 +146,7 @@ static void *px_main(void *arg) {
     fds[nf].fd = p->lfd;
     fds[nf++].events = POLLIN;
     for (int i = 0; i < PX_MAX; i++)
-      if (p->cfd[i] >= 0) {
+      if (p->cfd[i] >= 0 && !p->stalled[i] && atomic_load(&p->mode) != PX_STALL) {
         idx[nf] = i;
         fds[nf].fd = p->cfd[i];
         fds[nf++].events = POLLIN;
@@ -147,6 +168,7 @@ static void *px_main(void *arg) {
         p->sfd[slot] = px_connect_upstream(p->upstream);
         if (p->sfd[slot] < 0) close(c);
         else p->cfd[slot] = c;
+        if (p->sfd[slot] >= 0 && atomic_load(&p->mode) == PX_STALL) p->stalled[slot] = 1;
       }
     }
     for (int k = 1; k < nf; k++) {
@@ -205,6 +227,15 @@ static dblock_client *open_on(const char *url, int64_t lease_ms) {
 }
 
 
+
+/* An on_lost callback that records when it first ran (monotonic ms). */
+static atomic_llong lost_time;
+static void on_lost_timed(const char *name, int64_t fence, int reason, void *arg) {
+  long long zero = 0;
+  (void)name, (void)fence, (void)reason, (void)arg;
+  atomic_compare_exchange_strong(&lost_time, &zero, (long long)tu_now_ms());
+  atomic_fetch_add(&tu_lost_calls, 1);
+}
 
 /* Waits up to ms for the handle to know it is lost. */
 static int wait_lost(const dblock_lock *l, int64_t ms) {
@@ -379,7 +410,9 @@ static void test_server_restart(void **s) {
   }
   la = tu_acquire(a, name, 0, 0);
   if (dblock_lock_fence(la) > max_before) max_before = dblock_lock_fence(la);
-  hm.c = open_on(cur.url, 10000);
+  /* (no callback: a hammer release cut by the restart is a loss of its
+   * own, which must not count as A's) */
+  hm.c = tu_open(cur.url, cur.strategy, cur.table, 10000);
   hm.name = tu_name("restart-hammer");
   assert_int_equal(pthread_create(&th, NULL, hammer_main, &hm), 0);
   restart_server();
@@ -455,6 +488,278 @@ static void test_connection_cut(void **s) {
   dblock_client_free(b);
   dblock_client_free(c);
   px_stop(&px);
+}
+
+/* ---------------------------------------------------------------- stall */
+
+/* Starts a proxy in front of the server and opens a client through it:
+ * lease 1.5 s, connect timeout 1 s, lost callback cb (tu_lost_calls reset). */
+static dblock_client *open_stalling(proxy *px, dblock_lost_fn cb) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  char url[512];
+  px_start(px, server_port());
+  px_url(url, sizeof url, px);
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.lease_ms = 1500;
+  o.on_lost = cb;
+  o.connect_timeout_ms = 1000;
+  atomic_store(&tu_lost_calls, 0);
+  return tu_open_opts(url, &o);
+}
+
+/* A's path to the server stalls: the proxy passes nothing any more but
+ * keeps every socket open (no FIN, no RST), so A's calls hang rather than
+ * fail. Leased: B, direct, waits for the name; A must be told (on_lost) by
+ * its own clock before B is granted, although its renewal is stuck; and A's
+ * release and client_free come back within their bound. for_update: the
+ * server still sees A's session and its row lock, so B stays out; A is
+ * told within a ping interval plus the ping's bound (lease 1.5 s: pings
+ * every 500 ms, bounded by 1 s). */
+static void test_stalled_network(void **s) {
+  const char *name = tu_name("stall");
+  proxy px;
+  dblock_client *a, *b = open_on(cur.url, 0);
+  dblock_lock *la, *lb = NULL;
+  int64_t t_stall, t_grant = 0, t_told, t0;
+  (void)s;
+  atomic_store(&lost_time, 0);
+  a = open_stalling(&px, on_lost_timed);
+  la = tu_acquire(a, name, 0, 0);
+  tu_sleep_ms(700); /* one renewal (or ping) went through the proxy */
+  atomic_store(&px.mode, PX_STALL);
+  t_stall = tu_now_ms();
+  if (leased()) {
+    lb = tu_acquire(b, name, 10000, 0);
+    t_grant = tu_now_ms();
+  } else {
+    assert_true(wait_lost(la, 4000));
+    /* The server still has A's session: nobody else gets the name. */
+    assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+  }
+  t_told = (int64_t)atomic_load(&lost_time);
+  if (t_told == 0) fail_msg("A was never told it lost the lock (stall at %lld)", (long long)t_stall);
+  print_message("stall %s/%s: A told at +%lld ms, B granted at %s%lld ms\n", cur.backend,
+                dblock_strategy_name(cur.strategy), (long long)(t_told - t_stall),
+                leased() ? "+" : "(busy) ", (long long)(leased() ? t_grant - t_stall : 0));
+  if (leased() && t_told >= t_grant)
+    fail_msg("A told at +%lld ms, after B was granted at +%lld ms", (long long)(t_told - t_stall),
+             (long long)(t_grant - t_stall));
+  if (!leased() && t_told - t_stall > 2000)
+    fail_msg("for_update holder told only %lld ms after the stall", (long long)(t_told - t_stall));
+  assert_int_equal(dblock_lock_is_lost(la), 1);
+  assert_int_equal(atomic_load(&tu_lost_calls), 1);
+  t0 = tu_now_ms();
+  assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
+  dblock_client_free(a);
+  if (tu_now_ms() - t0 > 2000)
+    fail_msg("release + client_free took %lld ms with the network stalled", (long long)(tu_now_ms() - t0));
+  assert_int_equal(atomic_load(&tu_lost_calls), 1);
+  px_stop(&px); /* closes the stalled sockets: A's session ends (the server
+                   may take a moment to notice: B waits for it) */
+  if (!lb) lb = tu_acquire(b, name, 5000, 0);
+  assert_int_equal(dblock_lock_release(lb), 0);
+  dblock_client_free(b);
+}
+
+/* Is pid gone (or a zombie)? */
+static int pid_dead(long pid) {
+  char path[64], buf[256], *rp;
+  FILE *f;
+  int dead = 1;
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  if ((f = fopen(path, "r")) != NULL) {
+    if (fgets(buf, sizeof buf, f) && (rp = strrchr(buf, ')')) && rp[1] && rp[2] != 'Z') dead = 0;
+    fclose(f);
+  }
+  return dead;
+}
+
+typedef struct taker {
+  dblock_client *b;
+  const char *name;
+  atomic_llong granted_at;
+  dblock_lock *l;
+} taker;
+
+static void *taker_main(void *arg) {
+  taker *t = arg;
+  if (dblock_lock_acquire(&t->l, t->b, t->name, 15000, 0) == 0)
+    atomic_store(&t->granted_at, (long long)tu_now_ms());
+  return NULL;
+}
+
+/* `dblock run` through a proxy that stalls: its command (a process that
+ * dies on SIGTERM) must be stopped before B, direct, is granted the name
+ * and could start its own (lease 2 s). for_update: the server keeps A's
+ * session, so B stays out; A's command must be stopped within a ping and
+ * its bound (under 3 s); then the proxy is closed, A's session ends and
+ * B gets the name. */
+static void test_stalled_run(void **s) {
+  const char *name = tu_name("stallrun");
+  char url[512], cmd[2048], pidfile[256];
+  proxy px;
+  taker t = {.name = name};
+  pthread_t th;
+  long apid = 0;
+  int64_t t_stall, t_dead = 0, st;
+  int px_open = 1;
+  FILE *f;
+  (void)s;
+  px_start(&px, server_port());
+  px_url(url, sizeof url, &px);
+  snprintf(pidfile, sizeof pidfile, "/tmp/dblock-stallrun-%d", (int)getpid());
+  unlink(pidfile);
+  snprintf(cmd, sizeof cmd,
+           "exec %s/dblock --url '%s' --strategy %s --table %s run --lease 2s %s -- "
+           "sh -c 'echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 100' >/dev/null 2>&1",
+           getenv("DBLOCK_TEST_TREE") ? getenv("DBLOCK_TEST_TREE") : "build", url,
+           dblock_strategy_name(cur.strategy), cur.table, name, pidfile, pidfile, pidfile);
+  if ((child = fork()) == 0) {
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 500 && !apid; i++) {
+    if ((f = fopen(pidfile, "r")) != NULL) {
+      if (fscanf(f, "%ld", &apid) != 1) apid = 0;
+      fclose(f);
+    }
+    if (!apid) tu_sleep_ms(20);
+  }
+  if (!apid) fail_msg("`dblock run` through the proxy never started its command");
+  tu_sleep_ms(800); /* a renewal went through */
+  t.b = open_on(cur.url, 0);
+  atomic_store(&px.mode, PX_STALL);
+  t_stall = tu_now_ms();
+  assert_int_equal(pthread_create(&th, NULL, taker_main, &t), 0);
+  while (tu_now_ms() - t_stall < 15000 && (!t_dead || !atomic_load(&t.granted_at))) {
+    if (!t_dead && pid_dead(apid)) t_dead = tu_now_ms();
+    if (t_dead && px_open && !leased()) {
+      assert_int_equal(atomic_load(&t.granted_at), 0);
+      if (t_dead - t_stall > 3000)
+        fail_msg("for_update: A's command stopped only %lld ms after the stall",
+                 (long long)(t_dead - t_stall));
+      px_stop(&px);
+      px_open = 0;
+    }
+    tu_sleep_ms(2);
+  }
+  pthread_join(th, NULL);
+  if (!t_dead) fail_msg("A's command still runs 15 s after the stall");
+  if (!atomic_load(&t.granted_at)) fail_msg("B was never granted the name");
+  print_message("stall run %s/%s: A's command stopped at +%lld ms, B granted at +%lld ms\n",
+                cur.backend, dblock_strategy_name(cur.strategy), (long long)(t_dead - t_stall),
+                (long long)(atomic_load(&t.granted_at) - t_stall));
+  if (t_dead >= atomic_load(&t.granted_at))
+    fail_msg("A's command ran until +%lld ms, B was granted at +%lld ms",
+             (long long)(t_dead - t_stall), (long long)(atomic_load(&t.granted_at) - t_stall));
+  st = 0;
+  {
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    st = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    child = 0;
+  }
+  assert_int_equal(st, 4); /* dblock run: lock lost */
+  assert_int_equal(dblock_lock_release(t.l), 0);
+  dblock_client_free(t.b);
+  if (px_open) px_stop(&px);
+  unlink(pidfile);
+}
+
+/* One client holds two locks; the connection one renewal runs on stalls
+ * (and only that one). Neither lock may be lost or left to expire: the
+ * stalled renewal is cut at half the time left and asked again on a fresh
+ * connection, and the other lock's renewal never waits behind it. Checked
+ * from another client: both rows are still held, and A was never told
+ * otherwise. for_update: the stalled lock's session is cut (that lock is
+ * lost, once) while the other one keeps its pings and stays held. */
+static void test_one_connection_stalled(void **s) {
+  const char *n1 = tu_name("stall1"), *n2 = tu_name("stall2");
+  proxy px;
+  dblock_client *a, *b = open_on(cur.url, 0);
+  dblock_lock *l1, *l2;
+  dblock_lock_info i1, i2;
+  int lost1, lost2;
+  (void)s;
+  a = open_stalling(&px, tu_on_lost);
+  l1 = tu_acquire(a, n1, 0, 0);
+  l2 = tu_acquire(a, n2, 0, 0);
+  atomic_store(&px.mode, PX_STALL_ONE);
+  tu_sleep_ms(4500); /* three leases */
+  assert_int_equal(atomic_load(&px.stalls), 1);
+  assert_int_equal(dblock_lock_inspect(&i1, b, n1), 0);
+  assert_int_equal(dblock_lock_inspect(&i2, b, n2), 0);
+  lost1 = dblock_lock_is_lost(l1);
+  lost2 = dblock_lock_is_lost(l2);
+  if (leased()) {
+    if (!i1.held || !i2.held) fail_msg("held after the stall: %s %d, %s %d", n1, i1.held, n2, i2.held);
+    assert_int_equal(lost1 + lost2, 0);
+    assert_int_equal(atomic_load(&tu_lost_calls), 0);
+    assert_int_equal(dblock_lock_release(l1), 0);
+    assert_int_equal(dblock_lock_release(l2), 0);
+  } else {
+    /* exactly one lock lost (the stalled one); the other held and pinged */
+    assert_int_equal(lost1 + lost2, 1);
+    assert_int_equal(atomic_load(&tu_lost_calls), 1);
+    assert_int_equal(lost1 ? i2.held : i1.held, 1);
+    assert_int_equal(dblock_lock_release(lost1 ? l2 : l1), 0);
+    assert_int_equal(dblock_lock_release(lost1 ? l1 : l2), DBLOCK_ELOST);
+  }
+  dblock_client_free(a);
+  px_stop(&px);
+  dblock_client_free(b);
+}
+
+/* Runs sql through the admin client named by env (psql -c / mariadb -e):
+ * the servers' superuser, for what the test user may not do. */
+static void admin_sql(const char *env, const char *flag, const char *sql) {
+  char cmd[1024];
+  const char *admin = getenv(env);
+  assert_non_null(admin);
+  snprintf(cmd, sizeof cmd, "%s %s \"%s\" >/dev/null", admin, flag, sql);
+  if (system(cmd) != 0) fail_msg("failed: %s", cmd);
+}
+static void my_admin(const char *sql) { admin_sql("DBLOCK_TEST_MY_ADMIN", "-e", sql); }
+static void pg_admin(const char *sql) { admin_sql("DBLOCK_TEST_PG_ADMIN", "-c", sql); }
+
+/* A server idle limit shorter than the lock's pings must not end a held
+ * for_update transaction silently: PostgreSQL's role setting
+ * idle_in_transaction_session_timeout = 2s, MariaDB's global
+ * idle_transaction_timeout = 2 (both inherited by new sessions). The
+ * holder keeps the name past 4 s, nobody else gets it, and it releases
+ * normally. (Leased strategies hold nothing open between calls.) */
+static void test_server_idle_limit(void **s) {
+  const char *name = tu_name("idle");
+  dblock_client *a, *b = open_on(cur.url, 0);
+  dblock_lock *la;
+  int busy;
+  (void)s;
+  if (is("postgres")) {
+    tu_sql(cur.url, "ALTER ROLE CURRENT_USER SET idle_in_transaction_session_timeout = '2s'", NULL);
+  } else {
+    my_admin("SET GLOBAL idle_transaction_timeout = 2, GLOBAL wait_timeout = 2");
+  }
+  a = open_on(cur.url, 30000); /* pings every 5 s: longer than the limit */
+  atomic_store(&tu_lost_calls, 0);
+  la = tu_acquire(a, name, 0, 0);
+  tu_sleep_ms(4000);
+  busy = tu_try(b, name);
+  if (is("postgres"))
+    tu_sql(cur.url, "ALTER ROLE CURRENT_USER RESET idle_in_transaction_session_timeout", NULL);
+  else
+    my_admin("SET GLOBAL idle_transaction_timeout = 0, GLOBAL wait_timeout = 28800");
+  if (leased()) {
+    assert_int_equal(busy, DBLOCK_EBUSY);
+    assert_int_equal(dblock_lock_release(la), 0);
+  } else {
+    if (busy != DBLOCK_EBUSY) fail_msg("another owner got the name (rc %d) while A held it", busy);
+    assert_int_equal(dblock_lock_is_lost(la), 0);
+    assert_int_equal(atomic_load(&tu_lost_calls), 0);
+    assert_int_equal(dblock_lock_release(la), 0);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
 }
 
 /* ---------------------------------------------------------------- skew */
@@ -629,14 +934,16 @@ static void test_least_privilege(void **s) {
   if (is("postgres"))
     snprintf(sql, sizeof sql,
              "GRANT SELECT, INSERT, UPDATE, DELETE ON %s, %s_migrations TO dblock_app; "
+             "GRANT SELECT, INSERT, UPDATE ON %s_alive TO dblock_app; "
              "GRANT USAGE, SELECT, UPDATE ON SEQUENCE %s_fence_seq TO dblock_app",
-             cur.table, cur.table, cur.table);
+             cur.table, cur.table, cur.table, cur.table);
   else
     snprintf(sql, sizeof sql,
              "GRANT SELECT, INSERT, UPDATE, DELETE ON %s TO 'dblock_app'@'127.0.0.1'; "
              "GRANT SELECT ON %s_migrations TO 'dblock_app'@'127.0.0.1'; "
+             "GRANT SELECT, INSERT, UPDATE ON %s_alive TO 'dblock_app'@'127.0.0.1'; "
              "GRANT SELECT, INSERT ON %s_fence_seq TO 'dblock_app'@'127.0.0.1'",
-             cur.table, cur.table, cur.table);
+             cur.table, cur.table, cur.table, cur.table);
   if (is("postgres")) {
     tu_sql(cur.url, sql, NULL); /* the table owner may grant */
   } else {
@@ -666,6 +973,286 @@ static void test_least_privilege(void **s) {
   dblock_client_free(c);
 }
 
+/* ---------------------------------------------------------------- fences */
+
+/* Opens a client once the server answers again (up to 30 s). */
+static dblock_client *open_when_back(void) {
+  int64_t end = tu_now_ms() + 30000;
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *c = NULL;
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.connect_timeout_ms = 1000;
+  while (dblock_client_open(&c, cur.url, &o) != 0) {
+    if (tu_now_ms() > end) fail_msg("the server did not come back: %s", tu_errmsg(NULL));
+    tu_sleep_ms(100);
+  }
+  return c;
+}
+
+/* The server crashes right after a grant, before its sequence value was
+ * flushed. PostgreSQL: an unrelated backend is SIGKILLed (the OOM killer's
+ * way) with restart_after_crash on: the postmaster reinitializes without
+ * restarting, so its start time does not change; the WAL writer is slowed
+ * to 10 s and a checkpoint runs first, so the grant's nextval is logged
+ * afresh and lost with the unflushed WAL (for_update commits nothing while
+ * held). MariaDB: mariadbd SIGKILLed and started again. Either way the next
+ * grant's fence must be greater than the one before the crash. */
+static void test_crash_fence(void **s) {
+  const char *name = tu_name("crash");
+  dblock_client *a, *b;
+  dblock_lock *la, *lb;
+  int64_t f1, f2, victim = 0;
+  pid_t sleeper = 0;
+  (void)s;
+  if (is("postgres")) {
+    pg_admin("ALTER SYSTEM SET wal_writer_delay = '10s'");
+    pg_admin("SELECT pg_reload_conf()");
+    /* The victim: a backend of our own user (so its query is visible). */
+    if ((sleeper = fork()) == 0) {
+      dbl_conn *c;
+      dbl_err e;
+      const dbl_driver *d;
+      if (!(c = tu_conn(cur.url, &d))) _exit(1);
+      d->query(c, "SELECT pg_sleep(60)", NULL, 0, NULL, &e);
+      _exit(0);
+    }
+    for (int i = 0; i < 100 && !victim; i++) {
+      tu_sql(cur.url, "SELECT COALESCE(MAX(pid), 0) FROM pg_stat_activity "
+                      "WHERE query = 'SELECT pg_sleep(60)'", &victim);
+      if (!victim) tu_sleep_ms(50);
+    }
+    if (!victim) fail_msg("no backend to kill");
+  }
+  a = open_on(cur.url, 1000);
+  if (is("postgres")) {
+    la = tu_acquire(a, name, 0, 0); /* creates the row (flushed) */
+    assert_int_equal(dblock_lock_release(la), 0);
+    pg_admin("CHECKPOINT");
+  }
+  la = tu_acquire(a, name, 0, 0);
+  f1 = dblock_lock_fence(la);
+  if (is("postgres")) assert_int_equal(kill((pid_t)victim, SIGKILL), 0);
+  else restart_server();
+  b = open_when_back();
+  /* A's handle: for_update lost it with the session; a leased row survived
+   * and is released (or, if the call raced the restart, left to expire). */
+  {
+    int rc = dblock_lock_release(la);
+    if (rc != 0 && rc != DBLOCK_ELOST && rc != DBLOCK_ECONN)
+      fail_msg("release after the crash: %d (%s)", rc, tu_errmsg(a));
+  }
+  dblock_client_free(a);
+  lb = tu_acquire(b, name, 10000, 0);
+  f2 = dblock_lock_fence(lb);
+  if (f2 <= f1)
+    fail_msg("fence after the crash %lld is not above %lld, handed out before it",
+             (long long)f2, (long long)f1);
+  assert_int_equal(dblock_lock_release(lb), 0);
+  dblock_client_free(b);
+  if (sleeper > 0) waitpid(sleeper, NULL, 0);
+  if (is("postgres")) {
+    pg_admin("ALTER SYSTEM RESET wal_writer_delay");
+    pg_admin("SELECT pg_reload_conf()");
+  }
+}
+
+/* A release whose answer never comes: the path to the server stalls (no
+ * byte passes, every socket stays open, new connections hang too), so the
+ * release is cut by its bound (call limit 1 s) and its second look cannot
+ * connect: it returns an error. When the path comes back the stalled
+ * request may still reach the server late. The same thread then acquires
+ * the name again: a fresh grant — a greater fence, one hold — never the
+ * old fence passed off as new. */
+static void test_reacquire_after_failed_release(void **s) {
+  const char *name = tu_name("relstall");
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  proxy px;
+  char url[512];
+  dblock_client *a;
+  dblock_lock *la;
+  int64_t f1;
+  int rc;
+  (void)s;
+  px_start(&px, server_port());
+  px_url(url, sizeof url, &px);
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.lease_ms = 5000;
+  o.connect_timeout_ms = 1000;
+  o.call_timeout_ms = 1000;
+  a = tu_open_opts(url, &o);
+  la = tu_acquire(a, name, 0, 0);
+  f1 = dblock_lock_fence(la);
+  atomic_store(&px.mode, PX_STALL);
+  rc = dblock_lock_release(la);
+  if (rc != (leased() ? DBLOCK_ECONN : DBLOCK_ELOST))
+    fail_msg("release with the network stalled: %d (%s)", rc, tu_errmsg(a));
+  atomic_store(&px.mode, PX_PASS);
+  la = tu_acquire(a, name, 5000, 0);
+  if (dblock_lock_fence(la) <= f1 || dblock_lock_hold_count(la) != 1)
+    fail_msg("re-acquire after a failed release: fence %lld (before %lld), hold count %d",
+             (long long)dblock_lock_fence(la), (long long)f1, dblock_lock_hold_count(la));
+  assert_int_equal(dblock_lock_release(la), 0);
+  dblock_client_free(a);
+  px_stop(&px);
+}
+
+typedef struct racer {
+  dblock_client *c;
+  const char *name;
+  int rc;
+  int64_t fence;
+} racer;
+
+static void *racer_main(void *arg) {
+  racer *r = arg;
+  dblock_lock *l = NULL;
+  r->rc = dblock_lock_acquire(&l, r->c, r->name, 0, 0);
+  if (r->rc == 0) {
+    r->fence = dblock_lock_fence(l);
+    dblock_lock_release(l);
+  }
+  return NULL;
+}
+
+/* PostgreSQL, insert: A's granting statement draws its fence, then waits
+ * behind another session's uncommitted row for the name; its backend is
+ * frozen (SIGSTOP) while that session rolls back and B makes a whole
+ * acquire and release with a later (greater) fence; then A's backend goes
+ * on. A must not be granted a fence below B's. */
+static void test_insert_fence_race(void **s) {
+  const char *name = tu_name("race");
+  char sql[512];
+  dbl_conn *x;
+  dbl_err e;
+  const dbl_driver *d;
+  dblock_client *b = open_on(cur.url, 0);
+  dblock_lock *lb;
+  racer ra = {.name = name};
+  pthread_t th;
+  int64_t pid = 0, fb;
+  dbl_param p = DBL_STR(name);
+  (void)s;
+  memset(&e, 0, sizeof e);
+  assert_non_null(x = tu_conn(cur.url, &d));
+  assert_int_equal(d->begin(x, &e), 0);
+  snprintf(sql, sizeof sql,
+           "INSERT INTO %s (name, strategy, state, version, owner_token, hold_count, fence, "
+           "expires_at) VALUES (?, 'insert', 1, 1, 'x', 1, 1, now() + interval '1 hour')",
+           cur.table);
+  assert_int_equal(d->query(x, sql, &p, 1, NULL, &e), 0);
+  ra.c = open_on(cur.url, 0);
+  assert_int_equal(pthread_create(&th, NULL, racer_main, &ra), 0);
+  snprintf(sql, sizeof sql,
+           "SELECT COALESCE(MAX(pid), 0) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+           "AND query LIKE 'INSERT INTO %%.%s AS l%%'", cur.table);
+  for (int i = 0; i < 400 && !pid; i++) {
+    tu_sql(cur.url, sql, &pid);
+    if (!pid) tu_sleep_ms(2);
+  }
+  if (!pid) fail_msg("A's statement never waited");
+  assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  assert_int_equal(d->rollback(x, &e), 0);
+  d->close(x);
+  lb = tu_acquire(b, name, 0, 0);
+  fb = dblock_lock_fence(lb);
+  assert_int_equal(dblock_lock_release(lb), 0);
+  assert_int_equal(kill((pid_t)pid, SIGCONT), 0);
+  pthread_join(th, NULL);
+  if (ra.rc == 0 && ra.fence <= fb)
+    fail_msg("A was granted fence %lld after B's %lld", (long long)ra.fence, (long long)fb);
+  if (ra.rc != 0 && ra.rc != DBLOCK_EBUSY) fail_msg("A: rc %d (%s)", ra.rc, tu_errmsg(ra.c));
+  dblock_client_free(ra.c);
+  dblock_client_free(b);
+}
+
+/* PostgreSQL behind PgBouncer in transaction pooling mode: the proxy keeps
+ * its client connections across a server crash-restart (pg_ctl -m
+ * immediate). A client opened before the restart and one opened after it
+ * take turns on one name: every fence must be greater than the one before,
+ * whichever client draws it. */
+static void test_pooler_restart(void **s) {
+  const char *url = getenv("DBLOCK_TEST_PGB_URL"), *name = tu_name("pooler");
+  dblock_client *a, *b, *c;
+  dblock_lock *l = NULL;
+  int64_t prev;
+  (void)s;
+  assert_non_null(url);
+  a = open_on(url, 5000);
+  l = tu_acquire(a, name, 0, 0);
+  prev = dblock_lock_fence(l);
+  assert_int_equal(dblock_lock_release(l), 0);
+  restart_server();
+  b = open_when_back();
+  dblock_client_free(b);
+  b = open_on(url, 5000);
+  for (int i = 0; i < 8; i++) {
+    int rc, tries = 0;
+    c = i % 2 ? a : b;
+    /* (a proxy may answer once with an error for a server connection
+     * that died in the restart) */
+    while ((rc = dblock_lock_acquire(&l, c, name, 5000, 0)) == DBLOCK_ECONN && tries++ < 3) {
+    }
+    if (rc != 0) fail_msg("acquire %d through the proxy: %d %s", i, rc, tu_errmsg(c));
+    if (dblock_lock_fence(l) <= prev)
+      fail_msg("grant %d (%s client) got fence %lld after %lld", i, i % 2 ? "old" : "new",
+               (long long)dblock_lock_fence(l), (long long)prev);
+    prev = dblock_lock_fence(l);
+    assert_int_equal(dblock_lock_release(l), 0);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* SQLite: processes whose clocks differ share one file. One 10 s behind
+ * gets a fence above every fence handed out before (a released name and a
+ * new one). One 40 s ahead sees a live 30 s lease as over: leases on
+ * SQLite are measured by each process's own clock (README, known limits),
+ * so it takes the name; what must hold is that its fence is greater and
+ * the holder's next call says lost. for_update: a file lock, no clock. */
+static void test_sqlite_clock_step(void **s) {
+  const char *name = tu_name("step"), *fresh = tu_name("step-new");
+  char args[512], out[128];
+  dblock_client *a = open_on(cur.url, 0);
+  dblock_lock *la;
+  int64_t f1, f2 = 0;
+  FILE *f;
+  int st;
+  (void)s;
+  snprintf(out, sizeof out, "/tmp/dblock-step-%d", (int)getpid());
+  la = tu_acquire(a, name, 0, 0);
+  f1 = dblock_lock_fence(la);
+  assert_int_equal(dblock_lock_release(la), 0);
+  for (int k = 0; k < 2; k++) {
+    snprintf(args, sizeof args, "run '%s' -- sh -c \"echo \\$DBLOCK_FENCE > %s\"", k ? fresh : name, out);
+    assert_int_equal(skewed("-10s", 0, args), 0);
+    assert_non_null(f = fopen(out, "r"));
+    assert_int_equal(fscanf(f, "%ld", &f2), 1);
+    fclose(f);
+    if (f2 <= f1)
+      fail_msg("a process 10 s behind got fence %lld after %lld", (long long)f2, (long long)f1);
+  }
+  la = tu_acquire(a, name, 0, 0);
+  f1 = dblock_lock_fence(la);
+  snprintf(args, sizeof args, "run --wait 0 '%s' -- sh -c \"echo \\$DBLOCK_FENCE > %s\"", name, out);
+  st = skewed("+40s", 0, args);
+  if (leased()) {
+    assert_int_equal(st, 0); /* documented: taken by the clock 40 s ahead */
+    assert_non_null(f = fopen(out, "r"));
+    assert_int_equal(fscanf(f, "%ld", &f2), 1);
+    fclose(f);
+    assert_true(f2 > f1);
+    assert_int_equal(dblock_lock_renew(la), DBLOCK_ELOST);
+    assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
+  } else {
+    assert_int_equal(st, 3); /* busy */
+    assert_int_equal(dblock_lock_release(la), 0);
+  }
+  unlink(out);
+  dblock_client_free(a);
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int teardown(void **state) {
@@ -692,13 +1279,26 @@ int main(void) {
       cmocka_unit_test_teardown(test_paused_holder, teardown),   cmocka_unit_test_teardown(test_server_restart, teardown),
       cmocka_unit_test_teardown(test_connection_cut, teardown),  cmocka_unit_test_teardown(test_clock_skew, teardown),
       cmocka_unit_test_teardown(test_ambiguous_outcome, teardown), cmocka_unit_test_teardown(test_least_privilege, teardown),
+      cmocka_unit_test_teardown(test_stalled_network, teardown),
+      cmocka_unit_test_teardown(test_stalled_run, teardown),
+      cmocka_unit_test_teardown(test_one_connection_stalled, teardown),
+      cmocka_unit_test_teardown(test_server_idle_limit, teardown),
+      cmocka_unit_test_teardown(test_crash_fence, teardown),
+      cmocka_unit_test_teardown(test_reacquire_after_failed_release, teardown),
   };
-  const struct CMUnitTest embedded[] = {cmocka_unit_test_teardown(test_paused_holder, teardown)};
+  const struct CMUnitTest embedded[] = {cmocka_unit_test_teardown(test_paused_holder, teardown),
+                                        cmocka_unit_test_teardown(test_sqlite_clock_step, teardown)};
+  /* PostgreSQL only: a backend can be frozen at the right moment there,
+   * and PgBouncer stands in front of it. */
+  const struct CMUnitTest pg_only[] = {cmocka_unit_test_teardown(test_insert_fence_race, teardown),
+                                       cmocka_unit_test_teardown(test_pooler_restart, teardown)};
   static const dblock_strategy strategies[] = {
       DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE, DBLOCK_STRATEGY_OPTIMISTIC};
   int n, failed = 0;
   const tu_backend *b = tu_backends(&n);
   const char *only = getenv("DBLOCK_TEST_PAIR"); /* e.g. "postgres/insert" */
+  /* DBLOCK_TEST_FILTER=pattern runs only the matching tests (e.g. "*stall*"). */
+  if (getenv("DBLOCK_TEST_FILTER")) cmocka_set_test_filter(getenv("DBLOCK_TEST_FILTER"));
   signal(SIGPIPE, SIG_IGN);
   for (int i = 0; i < n; i++)
     for (size_t k = 0; k < 3; k++) {
@@ -716,6 +1316,9 @@ int main(void) {
         failed += cmocka_run_group_tests_name(group, embedded, group_setup, NULL);
       else
         failed += cmocka_run_group_tests_name(group, network, group_setup, NULL);
+      if (strcmp(b[i].name, "postgres") == 0 && strategies[k] == DBLOCK_STRATEGY_INSERT)
+        failed += cmocka_run_group_tests_name("faults/postgres/insert/pg-only", pg_only, group_setup,
+                                              NULL);
     }
   return failed ? 1 : 0;
 }

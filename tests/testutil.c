@@ -90,17 +90,29 @@ const char *tu_url(const char *backend) {
   return NULL;
 }
 
-void tu_sql(const char *url, const char *sql, int64_t *count) {
+dbl_conn *tu_conn(const char *url, const dbl_driver **drv) {
   dbl_url u;
   char why[256];
+  dbl_conn *c = NULL;
+  dbl_err e;
+  memset(&e, 0, sizeof e);
+  if (dbl_url_parse(&u, url, why, sizeof why) != 0) {
+    fprintf(stderr, "url: %s\n", why);
+    return NULL;
+  }
+  *drv = dbl_driver_for(&u);
+  if ((*drv)->connect(&c, &u, 5000, &e) != 0) fprintf(stderr, "connect: %s\n", e.msg);
+  dbl_url_free(&u); /* (a connection keeps what it needs) */
+  return c;
+}
+
+void tu_sql(const char *url, const char *sql, int64_t *count) {
   dbl_conn *c;
   dbl_err e;
   dbl_res r;
   const dbl_driver *d;
   memset(&e, 0, sizeof e);
-  if (dbl_url_parse(&u, url, why, sizeof why) != 0) fail_msg("url: %s", why);
-  d = dbl_driver_for(&u);
-  if (d->connect(&c, &u, 5000, &e) != 0) fail_msg("connect: %s", e.msg);
+  if (!(c = tu_conn(url, &d))) fail_msg("no connection to %s", url);
   if (count) {
     if (d->query(c, sql, NULL, 0, &r, &e) != 0) fail_msg("%s: %s", sql, e.msg);
     *count = dbl_res_i64(&r, 0, 0);
@@ -109,7 +121,6 @@ void tu_sql(const char *url, const char *sql, int64_t *count) {
     fail_msg("%s: %s", sql, e.msg);
   }
   d->close(c);
-  dbl_url_free(&u);
 }
 
 dblock_lock *tu_acquire(dblock_client *c, const char *name, int64_t wait_ms,

@@ -44,6 +44,13 @@ const char *tu_name(const char *prefix);
 /* The URL of a backend by name ("sqlite", "postgres", "mysql"). */
 const char *tu_url(const char *backend);
 
+/* A connection of the test's own through the driver interface (drivers/
+ * driver.h), or NULL with the reason on stderr; *drv receives its driver.
+ * Close it with (*drv)->close. Safe in a forked child (fails nothing). */
+struct dbl_conn;
+struct dbl_driver;
+struct dbl_conn *tu_conn(const char *url, const struct dbl_driver **drv);
+
 /* The test's own access to a database, through the driver interface: runs
  * sql as a script, or, with count, as a query whose first value goes to
  * *count. Fails the test on error. */

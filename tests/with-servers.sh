@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run a command against private, throw-away PostgreSQL 15 and MariaDB servers.
+# Run a command against private, throw-away PostgreSQL 15 and MariaDB servers
+# (and a PgBouncer in transaction pooling mode in front of PostgreSQL).
 #
 #   tests/with-servers.sh CMD [ARGS...]
 #
@@ -14,6 +15,7 @@
 # Layout of the temp folder ($DBLOCK_TEST_TMP, mode 0711, owned by root):
 #   pg/       owned by postgres: data/ (DBLOCK_TEST_PG_DATA), pg.log, socket
 #   my/       owned by mysql:    data/, tmp/, my.sock, my.pid, my.err
+#   pgb/      owned by postgres: pgb.ini, users.txt, pgb.pid, pgb.log
 #   stopping  created when teardown starts (restart helpers then give up)
 #
 # Internal use (the values of DBLOCK_TEST_PG_RESTART / DBLOCK_TEST_MY_RESTART):
@@ -215,7 +217,7 @@ fi
 for tool in "$PG_BIN/initdb" "$PG_BIN/pg_ctl" "$PG_BIN/psql"; do
     [ -x "$tool" ] || die "$tool not found (run tests/install-deps.sh)"
 done
-for tool in mariadbd mariadb-install-db mariadb-admin mariadb ss runuser setsid; do
+for tool in mariadbd mariadb-install-db mariadb-admin mariadb pgbouncer ss runuser setsid; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found (run tests/install-deps.sh)"
 done
 
@@ -230,6 +232,7 @@ TMP=""
 PG_DATA=""
 MY_STARTED=0
 PG_STARTED=0
+PGB_STARTED=0
 
 cleanup() {
     local rc=$? pid
@@ -237,6 +240,15 @@ cleanup() {
     set +e
     if [ -n "$TMP" ] && [ -d "$TMP" ]; then
         : >"$TMP/stopping"
+        # PgBouncer: by its pid file (SIGTERM, then SIGKILL).
+        if [ "$PGB_STARTED" = 1 ]; then
+            pid=$(cat "$TMP/pgb/pgb.pid" 2>/dev/null)
+            if [[ "$pid" =~ ^[0-9]+$ ]] && [ -r "/proc/$pid/cmdline" ] &&
+                tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q pgbouncer; then
+                kill -TERM "$pid" 2>/dev/null
+                wait_gone "$pid" 50 || kill -9 "$pid" 2>/dev/null
+            fi
+        fi
         # PostgreSQL: fast shutdown, else SIGKILL postmaster and its children.
         if [ "$PG_STARTED" = 1 ]; then
             if [ -f "$PG_DATA/postmaster.pid" ]; then
@@ -384,6 +396,48 @@ CREATE USER 'dblock_app'@'localhost' IDENTIFIED BY '$PW';
 FLUSH PRIVILEGES;
 EOF
 
+# ---- PgBouncer (transaction pooling) in front of PostgreSQL, reaching it
+# through its unix socket (local trust); clients are trusted by name.
+PGB_DIR=$TMP/pgb
+mkdir -m 0700 "$PGB_DIR"
+printf '"dblock" ""\n' >"$PGB_DIR/users.txt"
+PGB_PORT=""
+for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    PGB_PORT=$(free_port "$PG_PORT" "$MY_PORT")
+    cat >"$PGB_DIR/pgb.ini" <<EOF
+[databases]
+dblock = host=$PG_DIR port=$PG_PORT dbname=dblock user=dblock
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGB_PORT
+unix_socket_dir =
+auth_type = trust
+auth_file = $PGB_DIR/users.txt
+pool_mode = transaction
+pidfile = $PGB_DIR/pgb.pid
+logfile = $PGB_DIR/pgb.log
+max_client_conn = 500
+default_pool_size = 40
+server_reset_query =
+ignore_startup_parameters = extra_float_digits
+EOF
+    chown -R postgres: "$PGB_DIR"
+    PGB_STARTED=1
+    if runuser -u postgres -- pgbouncer -d -q "$PGB_DIR/pgb.ini" >"$TMP/pgb_start.log" 2>&1; then
+        n=100
+        while [ "$n" -gt 0 ] && [ -z "$(ss -Htln "sport = :$PGB_PORT" 2>/dev/null)" ]; do
+            sleep 0.05
+            n=$((n - 1))
+        done
+        [ "$n" -gt 0 ] && break
+    fi
+    if grep -q 'Address already in use' "$PGB_DIR/pgb.log" 2>/dev/null && [ "$attempt" -lt 10 ]; then
+        continue
+    fi
+    cat "$TMP/pgb_start.log" "$PGB_DIR/pgb.log" >&2 2>/dev/null
+    die "pgbouncer did not start"
+done
+
 # ---- environment for CMD
 SELF_Q=$(printf '%q' "$SELF")
 export DBLOCK_TEST_TMP=$TMP
@@ -396,6 +450,7 @@ export DBLOCK_TEST_PG_DATA=$PG_DATA
 export DBLOCK_TEST_PG_SOCKDIR=$PG_DIR
 export DBLOCK_TEST_PG_ADMIN="$PG_PSQL -d dblock"
 export DBLOCK_TEST_PG_RESTART="$SELF_Q --pg-restart $TMP"
+export DBLOCK_TEST_PGB_URL="postgres://dblock:$PW@127.0.0.1:$PGB_PORT/dblock?pooler=transaction"
 export DBLOCK_TEST_MY_PORT=$MY_PORT
 export DBLOCK_TEST_MY_URL="mysql://dblock:$PW@127.0.0.1:$MY_PORT/dblock"
 export DBLOCK_TEST_MY_RO_URL="mysql://dblock_ro:$PW@127.0.0.1:$MY_PORT/dblock"
@@ -405,7 +460,7 @@ export DBLOCK_TEST_MY_ADMIN="$MY_CLI dblock"
 export DBLOCK_TEST_MY_RESTART="$SELF_Q --my-restart $TMP $MY_PORT"
 export DBLOCK_TEST_MY_PIDFILE=$MY_DIR/my.pid
 
-printf 'servers: %s\n' "postgres 127.0.0.1:$PG_PORT, mariadb 127.0.0.1:$MY_PORT ($TMP)" >&2
+printf 'servers: %s\n' "postgres 127.0.0.1:$PG_PORT, mariadb 127.0.0.1:$MY_PORT, pgbouncer 127.0.0.1:$PGB_PORT ($TMP)" >&2
 
 set +e
 "$@"

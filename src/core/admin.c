@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../strategies/fence.h"
 #include "internal.h"
 
 static const char *pick(const dblock_client *cl, const char *pg, const char *my,
@@ -242,16 +243,16 @@ int dblock_lock_list(dblock_lock_info **out, size_t *count, dblock_client *cl,
  * with DBLOCK_ELOST and fenced resources refuse its token. */
 static const char *PG_FORCE =
     "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1, "
-    "fence = GREATEST(fence + 1, ?::int8 + nextval('${schema}.${table}_fence_seq')), "
+    "fence = GREATEST(fence + 1, " DBL_PG_NEXT_FENCE "), "
     "owner_token = '', owner_thread = 0, expires_at = statement_timestamp() "
     "WHERE name = ? RETURNING fence";
 static const char *MY_FORCE =
     "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1, "
-    "fence = LAST_INSERT_ID(GREATEST(fence + 1, ? + NEXTVAL(${table}_fence_seq))), "
+    "fence = LAST_INSERT_ID(GREATEST(fence + 1, " DBL_MY_NEXT_FENCE ")), "
     "owner_token = '', owner_thread = 0, expires_at = UTC_TIMESTAMP(6) WHERE name = ?";
 static const char *LITE_FORCE =
     "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1, "
-    "fence = MAX(fence + 1, ? + 0, dblock_now_us()), owner_token = '', owner_thread = 0, "
+    "fence = MAX(fence + 1, " DBL_LITE_NEXT_FENCE "), owner_token = '', owner_thread = 0, "
     "expires_at = dblock_now_us() WHERE name = ? RETURNING fence";
 /* A held for_update lock is a transaction: end it by ending its session. */
 static const char *PG_KILL =
@@ -284,7 +285,7 @@ int dblock_force_unlock(dblock_client *cl, const char *name, int64_t *new_fence)
   dbl_pconn *pc;
   dbl_err e;
   dbl_res r;
-  dbl_param p[2];
+  dbl_param p;
   dblock_lock_info info;
   int rc;
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
@@ -303,10 +304,12 @@ int dblock_force_unlock(dblock_client *cl, const char *name, int64_t *new_fence)
      * its row lock to go. */
     if ((rc = cl->drv->set_lock_wait(pc->c, 5000, &e)) != 0) goto out;
   }
-  p[0] = DBL_I64(pc->fence_base);
-  p[1] = DBL_STR(name);
-  rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_FORCE, MY_FORCE, LITE_FORCE)), p, 2,
+  p = DBL_STR(name);
+  rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_FORCE, MY_FORCE, LITE_FORCE)), &p, 1,
                       &r, &e);
+  if (rc != 0 && dbl_no_epoch(&e) && (rc = dbl_epoch_bump(cl, pc, &e)) == 0)
+    rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_FORCE, MY_FORCE, LITE_FORCE)), &p, 1,
+                        &r, &e);
   if (rc == 0) {
     if (cl->drv->dialect == DBL_MY ? r.affected != 1 : r.nrows != 1)
       rc = dbl_err_set(&e, DBLOCK_ENOTHELD, "", 0, "no lock named '%s'", name);
@@ -321,12 +324,16 @@ out:
 
 /* ---- release of another process's grant ------------------------------ */
 
+/* (Like a release: the row is freed and keeps its fence as the floor for
+ * the next grant; the reaper collects it after its lease.) */
 static const char *PG_DROP_GRANT =
-    "DELETE FROM ${schema}.${table} WHERE name = ? AND owner_token = ? "
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "WHERE name = ? AND owner_token = ? "
     "AND owner_thread = ?::int8 AND fence = ?::int8 AND state = 1 "
     "AND strategy <> 'for_update'";
 static const char *MY_DROP_GRANT =
-    "DELETE FROM ${table} WHERE name = ? AND owner_token = ? AND owner_thread = ? "
+    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
     "AND fence = ? AND state = 1 AND strategy <> 'for_update'";
 
 int dblock_release_grant(dblock_client *cl, const char *name, const char *owner_token,
@@ -408,6 +415,7 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
     p[n++] = DBL_I64(grace_ms * 1000);
     p[n++] = DBL_I64(batch);
     if (cl->drv->dialect != DBL_LITE) p[n++] = DBL_I64(grace_ms * 1000);
+    dbl_call_bound(cl, pc, 0); /* each batch gets the call limit */
     rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_REAP, MY_REAP, LITE_REAP)), p, n,
                         &r, &e);
     /* Two reapers (or a reaper and a renewal) can deadlock in InnoDB; the
@@ -431,8 +439,7 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
       nanosleep(&gap, NULL);
     }
   }
-  if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
-  else dbl_pool_put(cl, pc);
+  dbl_pool_return(cl, pc, rc);
   if (deleted) *deleted = total;
   return rc ? dbl_fail(cl, &e) : 0;
 }

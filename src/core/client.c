@@ -3,6 +3,7 @@
  * identity, the server epoch used in fencing tokens, and SQL templates.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../strategies/fence.h"
 #include "internal.h"
 
 #define DEFAULT_TABLE "dblock_locks"
@@ -153,7 +155,6 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
   memset(op, 0, sizeof *op);
   op->drv = cl->drv;
   op->conn = pc ? pc->c : NULL;
-  op->fence_base = pc ? pc->fence_base : 0;
   op->clock_offset_us = pc ? pc->clock_offset_us : 0;
   op->sql = op_sql;
   op->sql_arg = cl;
@@ -174,64 +175,69 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
   }
 }
 
-/* ---- The server epoch ---------------------------------------------------
- * A fencing token is epoch << 40 | sequence value. Sequence values are not
- * durable across a server crash (BACKENDS.md), so each connection checks
- * the server's start time against the one recorded in the epoch row and
- * bumps the epoch durably when the server has restarted since. Every token
- * handed out after a restart therefore exceeds every token before it. */
+/* ---- Connection setup and the fencing epoch -----------------------------
+ * A fencing token is epoch << 40 | sequence value, drawn inside each
+ * granting statement (strategies/fence.h): the epoch is read there from
+ * ${table}_alive, which the server empties whenever it may have lost
+ * unflushed state. When a grant finds it empty (dbl_no_epoch), the core
+ * bumps the durable epoch with a flushed commit, and only then refills
+ * ${table}_alive: every token handed out afterwards exceeds every token
+ * handed out before the loss, whatever the sequence forgot. */
 
-static const char *PG_START =
-    "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8";
 static const char *PG_BUMP =
-    "UPDATE ${schema}.${table} SET fence = fence + 1, owner_pid = ?::int8 "
-    "WHERE name = '' AND owner_pid <> ?::int8";
-static const char *PG_EPOCH = "SELECT fence FROM ${schema}.${table} WHERE name = ''";
-static const char *MY_START =
-    "SELECT CAST((TIMESTAMPDIFF(SECOND, '1970-01-01', UTC_TIMESTAMP()) - "
-    "CAST(VARIABLE_VALUE AS SIGNED)) * 1000000 AS SIGNED), "
-    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) "
-    "FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'";
-/* MariaDB only knows its uptime in whole seconds: allow 2 s of jitter. */
+    "BEGIN; SET LOCAL synchronous_commit = on; "
+    "UPDATE ${schema}.${table} SET fence = fence + 1 WHERE name = '' "
+    "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table}_alive); COMMIT";
+static const char *PG_VOUCH =
+    "INSERT INTO ${schema}.${table}_alive (id, epoch) "
+    "SELECT 1, fence FROM ${schema}.${table} WHERE name = '' "
+    "ON CONFLICT (id) DO UPDATE SET epoch = GREATEST(${table}_alive.epoch, excluded.epoch)";
 static const char *MY_BUMP =
-    "UPDATE ${table} SET fence = fence + 1, owner_pid = ? "
-    "WHERE name = '' AND ABS(owner_pid - ?) > 2000000";
-static const char *MY_EPOCH = "SELECT fence FROM ${table} WHERE name = ''";
+    "START TRANSACTION; UPDATE ${table} SET fence = fence + 1 WHERE name = '' "
+    "AND NOT EXISTS (SELECT 1 FROM ${table}_alive); COMMIT";
+/* (MEMORY is not transactional: the epoch must be committed first, so a
+ * failure in between leaves the table empty and the next grant bumps again.
+ * The COMMIT ends the read on a lock connection, which runs without
+ * autocommit.) */
+static const char *MY_VOUCH =
+    "INSERT INTO ${table}_alive (id, epoch) SELECT 1, fence FROM ${table} WHERE name = '' "
+    "ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch)); COMMIT";
 
-static int load_epoch(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
-  dbl_res r;
-  dbl_param p[2];
-  int64_t start;
-  int rc;
-  int pg = cl->drv->dialect == DBL_PG;
-  if (cl->drv->dialect == DBL_LITE) {
-    pc->fence_base = 0;
-    return 0;
-  }
-  if ((rc = cl->drv->query(pc->c, pg ? PG_START : MY_START, NULL, 0, &r, e)))
+int dbl_no_epoch(const dbl_err *e) {
+  if (e->code != DBLOCK_EDB) return 0;
+  return strcmp(e->sqlstate, DBL_NO_EPOCH_MY) == 0 ||
+         (strcmp(e->sqlstate, DBL_NO_EPOCH_PG) == 0 && strstr(e->msg, DBL_NO_EPOCH_PG_NAME));
+}
+
+int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
+  int rc, pg = cl->drv->dialect == DBL_PG;
+  if (cl->drv->dialect == DBL_LITE) return 0;
+  if ((rc = cl->drv->script(pc->c, dbl_sql(cl, pg ? PG_BUMP : MY_BUMP), e)) != 0) {
+    dbl_err scratch;
+    if (!cl->drv->broken(pc->c)) cl->drv->rollback(pc->c, &scratch);
     return rc;
-  start = dbl_res_i64(&r, 0, 0);
-  if (!pg) {
-    struct timespec ts;
+  }
+  return cl->drv->script(pc->c, dbl_sql(cl, pg ? PG_VOUCH : MY_VOUCH), e);
+}
+
+/* What the core learns once per new connection: on MariaDB the offset of
+ * the server's clock (UPDATE cannot return the new expiry there, so it is
+ * estimated from the local clock). */
+static const char *MY_NOW =
+    "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))";
+
+static int conn_init(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
+  dbl_res r;
+  struct timespec ts;
+  int rc;
+  if (cl->drv->dialect == DBL_MY) {
+    if ((rc = cl->drv->query(pc->c, MY_NOW, NULL, 0, &r, e))) return rc;
     clock_gettime(CLOCK_REALTIME, &ts);
     pc->clock_offset_us =
-        dbl_res_i64(&r, 0, 1) - ((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
-  }
-  dbl_res_clear(&r);
-  p[0] = DBL_I64(start);
-  p[1] = DBL_I64(start);
-  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pg ? PG_BUMP : MY_BUMP), p, 2, NULL, e)))
-    return rc;
-  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pg ? PG_EPOCH : MY_EPOCH), NULL, 0, &r, e)))
-    return rc;
-  if (r.nrows != 1) {
+        dbl_res_i64(&r, 0, 0) - ((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
     dbl_res_clear(&r);
-    return dbl_err_set(e, DBLOCK_ESCHEMA, "", 0,
-                       "lock table %s has no epoch row (run `dblock migrate`)",
-                       cl->table);
   }
-  pc->fence_base = dbl_res_i64(&r, 0, 0) << 40;
-  dbl_res_clear(&r);
+  pc->ready = 1;
   return 0;
 }
 
@@ -239,20 +245,37 @@ static int load_epoch(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
 
 static void pool_close_one(dblock_client *cl, dbl_pconn *pc);
 
-static int pool_open(dblock_client *cl, dbl_pconn **out, dbl_err *e) {
+/* Opens a connection whose connect may take until deadline_ms (0: the
+ * client's connect timeout), and enters it in cl->all. */
+static int pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_err *e) {
   dbl_pconn *pc = calloc(1, sizeof *pc);
+  int64_t tmo = cl->opts.connect_timeout_ms;
   int rc;
   *out = NULL;
   if (!pc) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
-  pc->fence_base = -1;
-  rc = cl->drv->connect(&pc->c, &cl->url,
-                        cl->opts.connect_timeout_ms ? cl->opts.connect_timeout_ms : 5000, e);
+  if (deadline_ms > 0) {
+    int64_t left = deadline_ms - dbl_mono_ms();
+    if (left < tmo) tmo = left < 1 ? 1 : left;
+  }
+  rc = cl->drv->connect(&pc->c, &cl->url, tmo, e);
   if (rc) {
     free(pc);
     return rc;
   }
   pthread_mutex_lock(&cl->mu);
-  if (cl->nall < (int)(sizeof cl->all / sizeof cl->all[0])) cl->all[cl->nall++] = pc;
+  if (cl->nall == cl->capall) {
+    int cap = cl->capall ? cl->capall * 2 : 16;
+    dbl_pconn **all = realloc(cl->all, (size_t)cap * sizeof *all);
+    if (!all) {
+      pthread_mutex_unlock(&cl->mu);
+      cl->drv->close(pc->c);
+      free(pc);
+      return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+    }
+    cl->all = all;
+    cl->capall = cap;
+  }
+  cl->all[cl->nall++] = pc;
   pthread_mutex_unlock(&cl->mu);
   *out = pc;
   return 0;
@@ -284,6 +307,8 @@ static void pool_close(dblock_client *cl, dbl_pconn *pc) {
   pool_close_one(cl, pc);
 }
 
+/* Removes pc from cl->all (under mu: from then on the watchdog cannot
+ * touch it) and closes it. */
 static void pool_close_one(dblock_client *cl, dbl_pconn *pc) {
   pthread_mutex_lock(&cl->mu);
   for (int i = 0; i < cl->nall; i++)
@@ -297,41 +322,54 @@ static void pool_close_one(dblock_client *cl, dbl_pconn *pc) {
   free(pc);
 }
 
-int dbl_pool_take(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
+/* Takes an idle connection (or opens one) and opens its call window,
+ * bounded by deadline_ms (0: now + call_timeout_ms). */
+static int pool_take_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t deadline_ms,
+                        dbl_err *e) {
   dbl_pconn *pc = NULL;
   dbl_pconn **list = txn ? &cl->txn_idle : &cl->idle;
   int *count = txn ? &cl->ntxn_idle : &cl->nidle;
-  int rc;
+  int rc, closing;
   pthread_mutex_lock(&cl->mu);
-  if (*list) {
+  closing = cl->closing;
+  if (*list && !closing) {
     pc = *list;
     *list = pc->next;
     (*count)--;
   }
   pthread_mutex_unlock(&cl->mu);
+  if (closing) return dbl_err_set(e, DBLOCK_ECONN, "", 0, "the client is being closed");
   if (pc && cl->drv->idle_alive && !cl->drv->idle_alive(pc->c)) {
     pool_close(cl, pc); /* closed by the server: so are its idle siblings */
     pc = NULL;
   }
-  if (!pc && (rc = pool_open(cl, &pc, e)) != 0) return rc;
+  if (!pc && (rc = pool_open(cl, &pc, deadline_ms, e)) != 0) return rc;
   pc->next = NULL;
   pc->txn = txn;
+  dbl_call_bound(cl, pc, deadline_ms);
+  *out = pc;
+  return 0;
+}
+
+int dbl_pool_take(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
+  return pool_take_by(cl, out, txn, 0, e);
+}
+
+int dbl_pool_get_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t deadline_ms,
+                    dbl_err *e) {
+  dbl_pconn *pc;
+  int rc;
+  if ((rc = pool_take_by(cl, &pc, txn, deadline_ms, e)) != 0) return rc;
+  if (!pc->ready && (rc = dbl_call_check(cl, pc, conn_init(cl, pc, e), e)) != 0) {
+    dbl_pool_return(cl, pc, rc);
+    return rc;
+  }
   *out = pc;
   return 0;
 }
 
 int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
-  dbl_pconn *pc;
-  int rc;
-  if ((rc = dbl_pool_take(cl, &pc, txn, e)) != 0) return rc;
-  /* A connection opened before the schema existed learns its epoch now. */
-  if (pc->fence_base < 0 && (rc = load_epoch(cl, pc, e)) != 0) {
-    if (cl->drv->broken(pc->c)) pool_close(cl, pc);
-    else dbl_pool_put(cl, pc);
-    return rc;
-  }
-  *out = pc;
-  return 0;
+  return dbl_pool_get_by(cl, out, txn, 0, e);
 }
 
 void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
@@ -340,7 +378,9 @@ void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
   dbl_pconn **list = pc->txn ? &cl->txn_idle : &cl->idle;
   int *count = pc->txn ? &cl->ntxn_idle : &cl->nidle;
   pthread_mutex_lock(&cl->mu);
-  keep = !cl->drv->broken(pc->c) && *count < cl->opts.pool_size && !cl->closing;
+  pc->call_deadline_ms = 0;
+  keep = !pc->interrupted && !cl->drv->broken(pc->c) && *count < cl->opts.pool_size &&
+         !cl->closing;
   if (keep) {
     pc->next = *list;
     *list = pc;
@@ -352,6 +392,62 @@ void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
 
 void dbl_pool_discard(dblock_client *cl, dbl_pconn *pc) {
   if (pc) pool_close(cl, pc);
+}
+
+void dbl_pool_return(dblock_client *cl, dbl_pconn *pc, int rc) {
+  if (rc == DBLOCK_ECONN || (pc && cl->drv->broken(pc->c))) dbl_pool_discard(cl, pc);
+  else dbl_pool_put(cl, pc);
+}
+
+void dbl_cut_locked(dblock_client *cl, dbl_pconn *pc) {
+  if (pc->interrupted || !cl->drv->interrupt) return;
+  pc->interrupted = 1;
+  cl->drv->interrupt(pc->c);
+}
+
+void dbl_call_bound(dblock_client *cl, dbl_pconn *pc, int64_t deadline_ms) {
+  if (deadline_ms <= 0) deadline_ms = dbl_mono_ms() + cl->opts.call_timeout_ms;
+  pthread_mutex_lock(&cl->mu);
+  pc->call_deadline_ms = deadline_ms;
+  /* Closing: a call that starts now is cut at once (client_free has cut
+   * the ones before), so nothing it joins can be stuck on the network. */
+  if (cl->closing) dbl_cut_locked(cl, pc);
+  /* The watchdog enforces the bound. It is started by the first call
+   * (acquire also insists on it, see dblock_lock_acquire); it sleeps at
+   * most a second when idle, so wake it only when this bound comes before
+   * its planned wake-up. */
+  if (!cl->watchdog_started) dbl_watchdog_start_locked(cl);
+  else if (cl->wd_wake_ms > deadline_ms) pthread_cond_broadcast(&cl->wake);
+  pthread_mutex_unlock(&cl->mu);
+}
+
+int dbl_call_end(dblock_client *cl, dbl_pconn *pc) {
+  int cut;
+  pthread_mutex_lock(&cl->mu);
+  pc->call_deadline_ms = 0;
+  cut = pc->interrupted;
+  pthread_mutex_unlock(&cl->mu);
+  return cut;
+}
+
+int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e) {
+  int cut;
+  /* An answer stands (where a cut after it matters — a pinned for_update
+   * session — dbl_call_end says so), and a loss stays a loss: only a failed
+   * call needs a look, off the hot path. */
+  if (rc == 0 || rc == DBLOCK_ELOST) return rc;
+  pthread_mutex_lock(&cl->mu);
+  cut = pc->interrupted;
+  pthread_mutex_unlock(&cl->mu);
+  if (!cut) return rc;
+  return dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
+                     "no answer from the server in time (stalled network or server?); "
+                     "the call was cut and its connection closed");
+}
+
+void dbl_interrupt_all(dblock_client *cl) {
+  for (int i = 0; i < cl->nall; i++)
+    if (cl->all[i]->call_deadline_ms) dbl_cut_locked(cl, cl->all[i]);
 }
 
 uint64_t dblock_client_round_trips(const dblock_client *cl) {
@@ -374,14 +470,17 @@ static int fill_options(dblock_client *cl, const dblock_options *o) {
       return dbl_failf(cl, DBLOCK_EINVAL,
                        "dblock_options.version is %u; this library knows 1..%d",
                        o->version, DBLOCK_OPTIONS_VERSION);
-    d = *o;
+    /* A version 1 caller's struct ends before the version 2 fields. */
+    if (o->version == 1) memcpy(&d, o, offsetof(dblock_options, call_timeout_ms));
+    else d = *o;
   }
   if (d.strategy == DBLOCK_STRATEGY_DEFAULT) d.strategy = DBLOCK_STRATEGY_INSERT;
   if (!dblock_strategy_name(d.strategy))
     return dbl_failf(cl, DBLOCK_EINVAL, "unknown strategy %d", (int)d.strategy);
   if (d.lease_ms < 0 || d.backoff_min_ms < 0 || d.backoff_max_ms < 0 ||
       d.connect_timeout_ms < 0 || d.reaper_interval_ms < 0 ||
-      d.reaper_grace_ms < 0 || d.pool_size < 0)
+      d.reaper_grace_ms < 0 || d.pool_size < 0 || d.call_timeout_ms < 0 ||
+      d.loss_margin_ms < 0)
     return dbl_failf(cl, DBLOCK_EINVAL, "negative value in dblock_options");
   if (!d.lease_ms) d.lease_ms = 30000;
   if (d.lease_ms < 100)
@@ -390,6 +489,9 @@ static int fill_options(dblock_client *cl, const dblock_options *o) {
   if (!d.backoff_max_ms) d.backoff_max_ms = 250;
   if (d.backoff_max_ms < d.backoff_min_ms) d.backoff_max_ms = d.backoff_min_ms;
   if (!d.connect_timeout_ms) d.connect_timeout_ms = 5000;
+  if (!d.call_timeout_ms) d.call_timeout_ms = 10000;
+  if (d.call_timeout_ms < 100)
+    return dbl_failf(cl, DBLOCK_EINVAL, "call_timeout_ms must be at least 100");
   if (!d.pool_size) d.pool_size = 4;
   if (d.table && !check_table(d.table))
     return dbl_failf(cl, DBLOCK_EINVAL,
@@ -444,6 +546,7 @@ int dblock_client_open(dblock_client **out, const char *url,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&cl->cv, &ca);
     pthread_cond_init(&cl->wake, &ca);
+    pthread_cond_init(&cl->work, &ca);
     pthread_condattr_destroy(&ca);
   }
   if ((rc = fill_options(cl, opts)) != 0) goto err;
@@ -464,13 +567,15 @@ int dblock_client_open(dblock_client **out, const char *url,
   cl->pid = (int64_t)getpid();
   make_token(cl->token);
   memset(&e, 0, sizeof e);
-  /* Connect once now so a bad URL or password fails here. The epoch is
-   * loaded lazily: the table may not exist before dblock_migrate. */
-  if ((rc = pool_open(cl, &pc, &e)) != 0) {
+  /* Connect once now so a bad URL or password fails here (the lock table
+   * need not exist yet: dblock_migrate creates it). */
+  if ((rc = pool_open(cl, &pc, 0, &e)) != 0) {
     rc = dbl_fail(cl, &e);
     goto err;
   }
   dbl_pool_put(cl, pc);
+  /* (The watchdog starts with the first call that needs bounding: a
+   * client that is opened and then forked has no thread yet.) */
   if (cl->opts.reaper_interval_ms > 0 && (rc = dbl_reaper_start(cl)) != 0) goto err;
   *out = cl;
   return 0;
@@ -485,11 +590,18 @@ void dblock_client_free(dblock_client *cl) {
   if (!cl) return;
   pthread_mutex_lock(&cl->mu);
   cl->closing = 1;
+  /* Renewals and reaper passes still talking to the server end now, so
+   * closing never waits for an unreachable server. */
+  dbl_interrupt_all(cl);
   pthread_cond_broadcast(&cl->cv);
   pthread_cond_broadcast(&cl->wake);
+  pthread_cond_broadcast(&cl->work);
   pthread_mutex_unlock(&cl->mu);
-  if (cl->watchdog_started) pthread_join(cl->watchdog, NULL);
+  /* Their calls in flight were cut above, and any they start now is cut
+   * at once (dbl_call_bound): the joins cannot wait on the network. */
+  for (int i = 0; i < cl->nworkers; i++) pthread_join(cl->workers[i], NULL);
   if (cl->reaper_started) pthread_join(cl->reaper, NULL);
+  if (cl->watchdog_started) pthread_join(cl->watchdog, NULL);
   while ((h = cl->held) != NULL) { /* handles not released: drop them */
     cl->held = h->next;
     if (h->pinned) pool_close(cl, h->pinned);
@@ -505,8 +617,10 @@ void dblock_client_free(dblock_client *cl) {
   }
   for (int i = 0; i < cl->nsql; i++) free(cl->sql[i].sql);
   dbl_url_free(&cl->url);
+  free(cl->all);
   pthread_cond_destroy(&cl->cv);
   pthread_cond_destroy(&cl->wake);
+  pthread_cond_destroy(&cl->work);
   pthread_mutex_destroy(&cl->mu);
   free(cl);
 }

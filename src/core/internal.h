@@ -16,9 +16,15 @@
 /* A pooled connection and what the core learned when opening it. */
 typedef struct dbl_pconn {
   dbl_conn *c;
-  int64_t fence_base; /* server epoch << 40 (0 on SQLite), -1 = not loaded */
+  int ready;          /* conn_init has run */
   int64_t clock_offset_us; /* server clock - local clock when opened */
   int txn;            /* belongs to the pool of lock-transaction connections */
+  /* The call window (guarded by the client's mutex): while a thread is
+   * using the connection, call_deadline_ms is when the watchdog cuts it
+   * (drv->interrupt) if the call has not returned; 0 outside a call.
+   * interrupted says it was cut: the connection is never reused. */
+  int64_t call_deadline_ms;
+  int interrupted;
   struct dbl_pconn *next;
 } dbl_pconn;
 
@@ -38,9 +44,14 @@ struct dbl_held {
   int auto_renew;     /* renewed by the watchdog */
   int64_t renew_at_ms;    /* monotonic: next renewal */
   int64_t deadline_ms;    /* monotonic: lease surely over by then */
+  int64_t lost_at_ms;     /* monotonic: deadline - margin; the watchdog
+                             declares the lock lost then unless renewed
+                             meanwhile (0 = no lease: for_update) */
   int busy;           /* a renewal or release is in flight */
+  int queued;         /* claimed by the watchdog for a renewal worker */
   int lost;           /* DBLOCK_ELOST once known lost */
-  int lost_notified;  /* the user's callback has run */
+  int lost_notified;  /* LOST_UNTOLD, LOST_TELLING (the callback is
+                         running), LOST_TOLD */
   dbl_pconn *pinned;  /* for_update: the connection holding the txn */
 };
 
@@ -55,6 +66,8 @@ typedef struct dbl_sql_entry {
 } dbl_sql_entry;
 
 #define DBL_SQL_CACHE 64
+enum { LOST_UNTOLD = 0, LOST_TELLING, LOST_TOLD };
+#define DBL_MAX_WORKERS 16
 
 struct dblock_client {
   const dbl_driver *drv;
@@ -76,14 +89,21 @@ struct dblock_client {
                             (for_update), which may keep autocommit off */
   int ntxn_idle;
   uint64_t trips_closed; /* round trips of connections already closed */
-  dbl_pconn *all[256];   /* every open connection, for round-trip counts */
-  int nall;
+  dbl_pconn **all;       /* every open connection: round-trip counts and
+                            the watchdog's call windows */
+  int nall, capall;
 
   struct dbl_held *held;
   struct { uint64_t hash; int64_t version; } vcache[1024]; /* optimistic hints */
   int closing;
   int watchdog_started, reaper_started;
   pthread_t watchdog, reaper;
+  /* Renewal workers: the watchdog never talks to the database; it hands
+   * due renewals to these, and starts another when all are busy, so one
+   * renewal stuck on a stalled connection delays no other lock. */
+  pthread_cond_t work;   /* a renewal was queued, or closing */
+  pthread_t workers[DBL_MAX_WORKERS];
+  int nworkers, idle_workers, nqueued;
 
   dbl_sql_entry sql[DBL_SQL_CACHE];
   int nsql;
@@ -97,20 +117,46 @@ int dbl_fail(dblock_client *cl, const dbl_err *e);
 int dbl_failf(dblock_client *cl, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Borrows a connection (opening one if none is idle) whose server epoch
- * is loaded, which needs the lock table; txn = 1 takes one from the pool
- * reserved for lock transactions. */
+/* Borrows a connection (opening and setting up one if none is idle);
+ * txn = 1 takes one from the pool reserved for lock transactions. */
 int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e);
-/* Borrows a connection without loading the epoch: for migrations, which
- * run before the lock table exists. */
+/* Borrows a connection without setting it up: for migrations, which run
+ * before the lock table exists. */
 int dbl_pool_take(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e);
-/* Returns a connection; a broken one is closed instead of kept. */
+/* Returns a connection; a broken or interrupted one is closed instead of
+ * kept. Ends its call window. */
 void dbl_pool_put(dblock_client *cl, dbl_pconn *pc);
+
+/* Call windows. A connection borrowed from the pool is in a window
+ * bounded by the client's call_timeout_ms; dbl_call_bound moves the bound
+ * (an absolute monotonic time; 0 = now + call_timeout_ms) and
+ * dbl_call_end closes the window of a connection kept outside the pool (a
+ * pinned for_update connection between calls). dbl_call_check turns the
+ * failure of a call the watchdog cut into a clear ECONN message. */
+void dbl_call_bound(dblock_client *cl, dbl_pconn *pc, int64_t deadline_ms);
+/* Closes the window; returns 1 if the watchdog cut the call (checked in
+ * the same critical section, so a cut can never slip in unseen). */
+int dbl_call_end(dblock_client *cl, dbl_pconn *pc);
+int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e);
+/* Borrows a connection whose call is bounded by deadline_ms (also its
+ * connect, when one must be opened). */
+int dbl_pool_get_by(dblock_client *cl, dbl_pconn **out, int txn,
+                    int64_t deadline_ms, dbl_err *e);
 /* Closes a connection that must not be reused (state unknown). */
 void dbl_pool_discard(dblock_client *cl, dbl_pconn *pc);
+/* Puts pc back after a call that returned rc, or closes it when that call
+ * lost the connection (DBLOCK_ECONN) or it is broken. */
+void dbl_pool_return(dblock_client *cl, dbl_pconn *pc, int rc);
 
 /* The template with ${table} / ${schema} substituted, cached per client. */
 const char *dbl_sql(dblock_client *cl, const char *tmpl);
+
+/* 1 if a granting statement failed because the server no longer vouches
+ * for the fencing epoch (strategies/fence.h). */
+int dbl_no_epoch(const dbl_err *e);
+/* Bumps the durable fencing epoch (flushed) and has the server vouch for
+ * the new one; the caller then asks again. */
+int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e);
 
 /* Fills an operation context for a strategy call. */
 void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
@@ -123,13 +169,36 @@ int64_t dbl_thread_id(void);
 /* Checks a lock name (1..255 bytes of valid UTF-8). */
 int dbl_check_name(dblock_client *cl, const char *name);
 
-/* Watchdog: start on first leased lock; wake it after a change. */
+/* Watchdog: started by the client's first call; it declares leases lost
+ * on time, cuts calls past their bound and queues renewals for the
+ * workers. 0 or DBLOCK_ENOMEM; _locked: the caller holds mu. */
 int dbl_watchdog_start(dblock_client *cl);
+int dbl_watchdog_start_locked(dblock_client *cl);
+/* Sets h's lease clock after a grant or renewal (a ping, for a lock
+ * without a lease) whose statement was sent at sent_ms (monotonic): when
+ * to renew, and when the watchdog declares it lost. Caller holds mu. */
+void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms);
+/* The margin before a lease's end at which it is declared lost. */
+int64_t dbl_loss_margin(const dblock_client *cl, int64_t lease_ms);
+/* How often a lock without a lease (for_update) has its session pinged. */
+int64_t dbl_ping_ms(const dblock_client *cl);
+/* The server's idle-in-transaction limit asked for a lock session: 3 pings,
+ * never under 10 s. The holder pings every dbl_ping_ms and gives a ping as
+ * long to answer, so it finds a cut session at most 2 pings after the last
+ * answer: before the server can end the transaction and let another owner
+ * in. */
+int64_t dbl_txn_idle_limit(const dblock_client *cl);
+/* Cuts pc's call (drv->interrupt) once; the connection is never reused.
+ * Caller holds mu. */
+void dbl_cut_locked(dblock_client *cl, dbl_pconn *pc);
+/* Cuts every call in flight (closing the client). Caller holds mu. */
+void dbl_interrupt_all(dblock_client *cl);
 /* Tells the watchdog that a lock is due for renewal at due_ms (monotonic);
  * wakes it only if it sleeps past that. */
 void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms);
-/* Marks h lost (if not already) and calls the user's callback. Called
- * without the mutex held. */
+/* Marks h lost (if not already) and calls the user's callback once; if
+ * another thread is calling it right now, waits until it has returned.
+ * Called without the mutex held. */
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h);
 
 /* Renews a claimed entry once: 0, DBLOCK_ELOST, or an unknown outcome. */

@@ -66,7 +66,16 @@ static struct dbl_held *find_held(dblock_client *cl, const char *name,
 /* Waits until no renewal or release is in flight on h, then claims it.
  * Caller holds cl->mu. */
 static void claim(dblock_client *cl, struct dbl_held *h) {
-  while (h->busy) pthread_cond_wait(&cl->cv, &cl->mu);
+  while (h->busy) {
+    if (h->queued) {
+      /* Claimed by the watchdog for a renewal no worker has started: take
+       * it over (no worker may exist at all). */
+      h->queued = 0;
+      cl->nqueued--;
+      break;
+    }
+    pthread_cond_wait(&cl->cv, &cl->mu);
+  }
   h->busy = 1;
 }
 
@@ -75,13 +84,36 @@ static void unclaim(dblock_client *cl, struct dbl_held *h) {
   pthread_cond_broadcast(&cl->cv);
 }
 
-/* Sets the local lease clock after a grant or renewal: renew at a third of
- * the lease, and consider the lock gone at the lease's end measured from
- * before the statement was sent (the server may have started it then). */
-static void set_lease_clock(struct dbl_held *h, int64_t sent_ms) {
-  if (h->lease_ms <= 0) return;
-  h->renew_at_ms = sent_ms + h->lease_ms / 3;
-  h->deadline_ms = sent_ms + h->lease_ms;
+/* The longest an attempt's statement may take: the server-side wait it
+ * asks for plus the call limit; a leased grant must also come back before
+ * its own loss deadline, or it would be born lost. */
+static int64_t attempt_bound(dblock_client *cl, const struct dbl_held *h, int64_t sent,
+                             int64_t server_wait) {
+  int64_t bound = sent + (server_wait > 0 ? server_wait : 0) + cl->opts.call_timeout_ms;
+  if (h->lease_ms > 0) {
+    int64_t lease_end = sent + h->lease_ms - dbl_loss_margin(cl, h->lease_ms);
+    if (lease_end < bound) bound = lease_end;
+  }
+  return bound;
+}
+
+/* Runs the strategy's acquire once on pc, op filled from h; returns its
+ * result (a cut call as ECONN). *sent is when the statement went out: the
+ * lease clock starts there, not when the connection was asked for, so a
+ * slow connect (a fresh CLI process on a loaded host) does not eat a short
+ * lease; the server's lease starts later still, so this stays on the safe
+ * side. */
+static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h, dbl_op *op,
+                            int reentrant, int attempt_no, int64_t wait_ms, uint64_t hash,
+                            int64_t *sent, dbl_err *e) {
+  *sent = dbl_mono_ms();
+  dbl_call_bound(cl, pc, attempt_bound(cl, h, *sent, wait_ms));
+  dbl_op_init(op, cl, pc, h, e);
+  op->reentrant = reentrant;
+  op->attempt = attempt_no;
+  if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
+    op->version_hint = reentrant ? h->version : hint_get(cl, hash);
+  return dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
 }
 
 /* One attempt on a borrowed connection. For for_update a grant keeps the
@@ -92,21 +124,25 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
   dbl_op op;
   int rc, pins = cl->strat->pins_connection;
   int64_t sent;
-  if ((rc = dbl_pool_get(cl, &pc, pins, e)) != 0) return rc;
+  if ((rc = dbl_pool_get_by(cl, &pc, pins, 0, e)) != 0) return rc;
   /* Polling strategies never mean to wait in the server; a row lock held
    * by a for_update transaction on the same name (mixing strategies) must
    * not block them for long. Only sent once per connection. */
-  if (!pins && (rc = cl->drv->set_lock_wait(pc->c, 1000, e)) != 0) {
+  if (!pins) rc = cl->drv->set_lock_wait(pc->c, 1000, e);
+  else if (cl->drv->idle_guard) rc = cl->drv->idle_guard(pc->c, dbl_txn_idle_limit(cl), e);
+  if (rc != 0) {
+    rc = dbl_call_check(cl, pc, rc, e);
     dbl_pool_put(cl, pc);
     return rc;
   }
-  dbl_op_init(&op, cl, pc, h, e);
-  op.reentrant = reentrant;
-  op.attempt = attempt_no;
-  if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
-    op.version_hint = reentrant ? h->version : hint_get(cl, hash);
-  sent = dbl_mono_ms();
-  rc = cl->strat->acquire(&op, wait_ms);
+  rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, &sent, e);
+  /* The server may have lost unflushed state since the epoch was vouched
+   * for (a crash, a promotion): bump it durably and ask again, once. */
+  if (rc != 0 && dbl_no_epoch(e)) {
+    dbl_call_bound(cl, pc, 0); /* not the lease's window: nothing is granted */
+    if ((rc = dbl_call_check(cl, pc, dbl_epoch_bump(cl, pc, e), e)) == 0)
+      rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, &sent, e);
+  }
   /* A server-side lock wait that ran out (PostgreSQL lock_timeout, MySQL
    * max_statement_time) means the row was locked by someone else, and a
    * deadlock victim (InnoDB 1213, PostgreSQL 40P01) changed nothing: both
@@ -118,15 +154,20 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
     h->holds = op.g.holds;
     h->expires_us = op.g.expires_us;
     h->version = op.g.version;
-    set_lease_clock(h, sent);
+    dbl_set_lease_clock(cl, h, sent);
     pthread_mutex_unlock(&cl->mu);
     if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC) hint_put(cl, hash, h->version);
   } else if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC) {
     hint_put(cl, hash, op.version_hint);
   }
-  if (rc == 0 && pins) h->pinned = pc;
-  else if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
-  else dbl_pool_put(cl, pc);
+  if (rc == 0 && pins && dbl_call_end(cl, pc)) {
+    /* Cut just after its answer came: the session (and the row lock it
+     * just took) is going away with the socket. Not a grant. */
+    rc = dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
+                     "no answer from the server in time; the call was cut");
+  }
+  if (rc == 0 && pins) h->pinned = pc; /* held idle between calls: no bound */
+  else dbl_pool_return(cl, pc, rc);
   return rc;
 }
 
@@ -148,14 +189,16 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   if (lease_ms > 0 && lease_ms < 100)
     return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms must be at least 100");
   /* Everything that can fail without touching the database comes first,
-   * so that a grant never has to be undone: the handle, the scratch entry,
-   * and the watchdog (without it a lease would silently run out). */
+   * so that a grant never has to be undone: the handle and the scratch
+   * entry, and the watchdog. */
   if (!(l = calloc(1, sizeof *l)) || !(h = calloc(1, sizeof *h))) {
     free(l);
     return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
   }
   l->client = cl;
-  if (auto_renew && (rc = dbl_watchdog_start(cl)) != 0) {
+  /* Without the watchdog a lease could run out unnoticed and a call could
+   * hang: no grant without it. */
+  if ((rc = dbl_watchdog_start(cl)) != 0) {
     free(l);
     free(h);
     return dbl_failf(cl, rc, "cannot start the watchdog thread");
@@ -202,8 +245,12 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   for (;;) {
     int64_t server_wait = 0;
     if (cl->strat->pins_connection) {
-      server_wait = wait_ms < 0 ? -1 : wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
+      /* A wait in the server is asked for in pieces of at most the call
+       * limit (waiting forever too), so each piece's call is bounded. */
+      server_wait = wait_ms < 0 ? cl->opts.call_timeout_ms
+                    : wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
       if (wait_ms > 0 && server_wait < 1) server_wait = 1;
+      if (server_wait > cl->opts.call_timeout_ms) server_wait = cl->opts.call_timeout_ms;
     }
     rc = attempt(cl, h, reentrant, tries, server_wait, hash, &e);
     tries++;
@@ -255,6 +302,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     mine->version = h->version;
     mine->renew_at_ms = h->renew_at_ms;
     mine->deadline_ms = h->deadline_ms;
+    mine->lost_at_ms = h->lost_at_ms;
     mine->handles++;
     unclaim(cl, mine);
     free(h);
@@ -272,11 +320,16 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     h->next = cl->held;
     cl->held = h;
   }
-  /* (no lease: the watchdog pings the session every lease / 3) */
-  due = h->renew_at_ms ? h->renew_at_ms : dbl_mono_ms() + cl->opts.lease_ms / 3;
+  /* The watchdog's next look at this entry: its renewal (no lease: a
+   * session ping every dbl_ping_ms), or its loss deadline when that is
+   * earlier or the lease is explicit. (The kick in dbl_set_lease_clock came
+   * before the entry was linked, so the watchdog may have missed it.) */
+  due = h->renew_at_ms ? h->renew_at_ms : dbl_mono_ms() + dbl_ping_ms(cl);
+  if (!h->auto_renew) due = h->lost_at_ms;
+  else if (h->lost_at_ms && h->lost_at_ms < due) due = h->lost_at_ms;
   pthread_mutex_unlock(&cl->mu);
   if (mine && h != mine) dbl_mark_lost(cl, mine);
-  if (h->auto_renew) dbl_watchdog_kick(cl, due);
+  if (due) dbl_watchdog_kick(cl, due);
   l->held = h;
   *out = l;
   return 0;
@@ -319,16 +372,23 @@ int dblock_lock_release(dblock_lock *l) {
   pthread_mutex_unlock(&cl->mu);
 
   if (lost) {
+    /* (no round trip: a lost handle's release answers at once, even with
+     * the server unreachable; a row still ours — a renewal confirmed just
+     * after the deadline — ends with its lease, like a crashed holder's) */
     rc = DBLOCK_ELOST;
   } else if (cl->strat->pins_connection && !final) {
     rc = 0; /* inner reentrant hold: the transaction stays */
   } else {
-    if (h->pinned) pc = h->pinned;
-    else rc = dbl_pool_get(cl, &pc, 0, &e);
+    if (h->pinned) {
+      pc = h->pinned;
+      dbl_call_bound(cl, pc, 0);
+    } else {
+      rc = dbl_pool_get(cl, &pc, 0, &e);
+    }
     if (rc == 0) {
       dbl_op_init(&op, cl, pc, h, &e);
       op.reentrant = !final;
-      rc = release_once(cl, &op, final);
+      rc = dbl_call_check(cl, pc, release_once(cl, &op, final), &e);
       /* (for_update reports a dead session at COMMIT as lost: nobody can
        * tell whether it died before the COMMIT or after it.) */
       if (rc == DBLOCK_ECONN && !h->pinned && final) {
@@ -343,7 +403,7 @@ int dblock_lock_release(dblock_lock *l) {
         if (dbl_pool_get(cl, &pc, 0, &e) == 0) {
           dbl_op_init(&op, cl, pc, h, &e);
           op.reentrant = !final;
-          rc = release_once(cl, &op, final);
+          rc = dbl_call_check(cl, pc, release_once(cl, &op, final), &e);
           /* Gone, and the lease cannot have ended before this second look
            * ran: the first release did it. */
           if (rc == DBLOCK_ELOST && (h->lease_ms <= 0 || dbl_mono_ms() < h->deadline_ms)) rc = 0;
@@ -358,18 +418,15 @@ int dblock_lock_release(dblock_lock *l) {
           if (rc == 0) dbl_pool_put(cl, pc);
           else dbl_pool_discard(cl, pc); /* transaction state unknown */
         }
-      } else if (!pc) {
-        /* no fresh connection for the second look: rc is ECONN */
-      } else if (cl->drv->broken(pc->c)) {
-        dbl_pool_discard(cl, pc);
-      } else {
-        dbl_pool_put(cl, pc);
+      } else if (pc) { /* (NULL: no fresh connection for the second look) */
+        dbl_pool_return(cl, pc, rc);
       }
     }
   }
 
+  /* DBLOCK_ELOST is only ever returned after on_lost has fired (once). */
+  if (rc == DBLOCK_ELOST) dbl_mark_lost(cl, h);
   pthread_mutex_lock(&cl->mu);
-  if (rc == DBLOCK_ELOST) h->lost = DBLOCK_ELOST;
   h->handles--;
   if (!h->lost && rc == 0) h->holds--;
   unclaim(cl, h);
@@ -401,37 +458,53 @@ static int renew_once(dblock_client *cl, dbl_op *op) {
   return rc;
 }
 
-/* Renews h now (used by dblock_lock_renew and by the watchdog). Caller has
- * claimed h. Returns 0, DBLOCK_ELOST, or an error whose outcome is unknown
- * (the caller decides by the local deadline). */
+/* Renews h now (used by dblock_lock_renew and by the renewal workers).
+ * Caller has claimed h. Returns 0, DBLOCK_ELOST, or an error whose outcome
+ * is unknown (the watchdog keeps the loss deadline meanwhile).
+ * A leased renewal gets half the time left before the loss deadline on
+ * its first connection, so that one stalled connection still leaves time
+ * to ask again on a fresh one before the deadline; a ping (no lease) gets
+ * max(1 s, one ping interval). */
 int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
   dbl_pconn *pc = h->pinned;
   dbl_op op;
   int rc;
-  int64_t sent = dbl_mono_ms();
-  if (!pc && (rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
+  int64_t sent = dbl_mono_ms(), first, last;
+  if (h->lease_ms > 0) {
+    if (sent >= h->lost_at_ms)
+      return dbl_err_set(e, DBLOCK_ELOST, "", 0,
+                         "lock '%s' was not renewed before its loss deadline", h->name);
+    last = h->lost_at_ms;
+    first = sent + (last - sent) / 2;
+    if (first - sent < 50) first = last;
+  } else {
+    int64_t p = dbl_ping_ms(cl);
+    first = last = sent + (p < 1000 ? 1000 : p);
+  }
+  if (!pc && (rc = dbl_pool_get_by(cl, &pc, 0, first, e)) != 0) return rc;
+  if (h->pinned) dbl_call_bound(cl, pc, first);
   dbl_op_init(&op, cl, pc, h, e);
-  rc = renew_once(cl, &op);
+  rc = dbl_call_check(cl, pc, renew_once(cl, &op), e);
   if (rc == DBLOCK_ECONN && !h->pinned) {
-    /* The reply was lost (or the pooled connection had died): the renewal
-     * is keyed by owner and fence, so running it again on a fresh
-     * connection reports the true state — renewed, or lost. */
+    /* The reply was lost, the call was cut, or the pooled connection had
+     * died: the renewal is keyed by owner and fence, so running it again
+     * on a fresh connection reports the true state — renewed, or lost. */
     dbl_pool_discard(cl, pc);
-    if ((rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
+    if ((rc = dbl_pool_get_by(cl, &pc, 0, last, e)) != 0) return rc;
     dbl_op_init(&op, cl, pc, h, e);
-    rc = renew_once(cl, &op);
+    rc = dbl_call_check(cl, pc, renew_once(cl, &op), e);
   }
   if (!h->pinned) {
-    if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
-    else dbl_pool_put(cl, pc);
-  } else if (rc == DBLOCK_ECONN) {
-    rc = DBLOCK_ELOST; /* the session that held the row lock is gone */
+    dbl_pool_return(cl, pc, rc);
+  } else {
+    /* A ping cut after its answer came still took the session down. */
+    if (dbl_call_end(cl, pc) || rc == DBLOCK_ECONN) rc = DBLOCK_ELOST;
   }
   if (rc == 0) {
     pthread_mutex_lock(&cl->mu);
     h->expires_us = op.g.expires_us;
     h->version = op.g.version;
-    set_lease_clock(h, sent);
+    dbl_set_lease_clock(cl, h, sent);
     pthread_mutex_unlock(&cl->mu);
   }
   return rc;

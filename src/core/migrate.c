@@ -11,6 +11,9 @@
 #include "internal.h"
 #include "migrations.h"
 
+/* How long one dblock_migrate call may take, waits included. */
+#define MIGRATE_BOUND_MS 300000
+
 static const char *PG_TRACK =
     "CREATE TABLE IF NOT EXISTS ${schema}.${table}_migrations ("
     " version integer PRIMARY KEY, name text NOT NULL,"
@@ -146,6 +149,9 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
   memset(&e, 0, sizeof e);
   /* Before the lock table exists there is no epoch to load. */
   if ((rc = dbl_pool_take(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  /* Migrating may wait for another migrator (up to 120 s) and for DDL locks
+   * behind lock transactions: its own, longer bound. */
+  dbl_call_bound(cl, pc, dbl_mono_ms() + MIGRATE_BOUND_MS);
   /* DDL and the migration lock may wait (for another migrator). */
   if ((rc = cl->drv->set_lock_wait(pc->c, -1, &e)) != 0) goto out;
   if ((rc = lock_migrations(cl, pc->c, &e)) != 0) goto out;
@@ -195,9 +201,7 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
 out:
   unlock_migrations(cl, pc->c, rc == 0);
   free(done);
-  pc->fence_base = -1; /* reload the epoch now that the table may exist */
-  if (cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
-  else dbl_pool_put(cl, pc);
+  dbl_pool_return(cl, pc, rc);
   if (rc) return dbl_fail(cl, &e);
   if (applied_now) *applied_now = count;
   return 0;

@@ -1,111 +1,275 @@
 /*
- * watchdog.c — the client's background thread that keeps held locks alive
- * (Redisson's model): a lock acquired without an explicit lease is renewed
- * at a third of its lease. A renewal that finds the lock gone, or that
- * cannot be confirmed before the lease would end by the local monotonic
- * clock, marks the lock lost and calls the user's callback.
- * for_update locks have no lease; their session is checked at the same
- * pace so a dead connection is reported as a lost lock.
+ * watchdog.c — the client's timekeeper and its renewal workers.
+ *
+ * The watchdog thread never talks to the database, so nothing the network
+ * or the server does can hold it up. It
+ *   - declares a leased lock lost at its loss deadline (lease end minus a
+ *     margin, by the local monotonic clock, measured from before the
+ *     statement that set the lease was sent) unless a renewal moved it:
+ *     the holder is told before anyone else can be granted the name, even
+ *     while a renewal is stuck on a stalled connection, and for explicit
+ *     leases too (DESIGN §4.7);
+ *   - cuts every database call that outlives its bound (drv->interrupt),
+ *     so no call hangs forever;
+ *   - hands due renewals (Redisson's model: a third of the lease; for
+ *     for_update, a session ping) to renewal workers, starting another
+ *     worker when all are busy, so one stuck renewal never delays another
+ *     lock's.
  */
 #include <string.h>
 #include <time.h>
 
 #include "internal.h"
 
-void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
+/* Lost entries the watchdog reports per pass (more: another pass at once). */
+#define LOST_BATCH 16
+
+/* A renewal that failed for an unknown reason is tried again after
+ * a quarter of what is left before the loss deadline, within these. */
+#define RETRY_MIN_MS 50
+#define RETRY_MAX_MS 1000
+
+int64_t dbl_loss_margin(const dblock_client *cl, int64_t lease_ms) {
+  int64_t m = cl->opts.loss_margin_ms;
+  if (m <= 0) {
+    m = lease_ms / 20;
+    if (m < 100) m = 100;
+  }
+  return m > lease_ms / 2 ? lease_ms / 2 : m;
+}
+
+int64_t dbl_ping_ms(const dblock_client *cl) {
+  int64_t p = cl->opts.lease_ms / 3;
+  return p > 5000 ? 5000 : p;
+}
+
+int64_t dbl_txn_idle_limit(const dblock_client *cl) {
+  int64_t l = 3 * dbl_ping_ms(cl);
+  return l < 10000 ? 10000 : l;
+}
+
+void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms) {
+  if (h->lease_ms > 0) {
+    h->renew_at_ms = sent_ms + h->lease_ms / 3;
+    h->deadline_ms = sent_ms + h->lease_ms;
+    h->lost_at_ms = h->deadline_ms - dbl_loss_margin(cl, h->lease_ms);
+  } else {
+    /* A session (for_update): the server may end it dbl_txn_idle_limit
+     * after its last statement, so pings that stop being confirmed make
+     * it lost a margin before that, whatever they are stuck on. (The ping
+     * schedule is the watchdog's: renew_at_ms.) */
+    int64_t limit = dbl_txn_idle_limit(cl);
+    h->lost_at_ms = sent_ms + limit - dbl_loss_margin(cl, limit);
+  }
+  /* Due before the watchdog's planned wake-up: wake it to re-plan. */
+  if (cl->wd_wake_ms > h->lost_at_ms ||
+      (h->auto_renew && h->renew_at_ms && cl->wd_wake_ms > h->renew_at_ms))
+    pthread_cond_broadcast(&cl->wake);
+}
+
+/* Runs the on_lost callback for h, which the caller has marked TELLING
+ * (so h cannot be freed meanwhile: every path that frees an entry first
+ * waits in dbl_mark_lost), with mu let go during the call; then marks it
+ * TOLD and wakes whoever waits for that. Caller holds mu. */
+static void tell_locked(dblock_client *cl, struct dbl_held *h) {
   char name[DBLOCK_NAME_MAX + 1];
-  int64_t fence;
-  int notify;
+  int64_t fence = h->fence;
+  memcpy(name, h->name, sizeof name);
+  pthread_mutex_unlock(&cl->mu);
+  cl->opts.on_lost(name, fence, DBLOCK_ELOST, cl->opts.on_lost_arg);
+  pthread_mutex_lock(&cl->mu);
+  h->lost_notified = LOST_TOLD;
+  pthread_cond_broadcast(&cl->cv);
+}
+
+void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
   pthread_mutex_lock(&cl->mu);
   h->lost = DBLOCK_ELOST;
-  notify = !h->lost_notified && cl->opts.on_lost;
-  h->lost_notified = 1;
-  memcpy(name, h->name, sizeof name);
-  fence = h->fence;
+  if (h->lost_notified == LOST_UNTOLD && cl->opts.on_lost) {
+    h->lost_notified = LOST_TELLING;
+    tell_locked(cl, h);
+  } else {
+    /* Being told by another thread right now: whoever returns ELOST
+     * returns it after the callback has run. */
+    while (h->lost_notified == LOST_TELLING) pthread_cond_wait(&cl->cv, &cl->mu);
+    h->lost_notified = LOST_TOLD;
+  }
   pthread_mutex_unlock(&cl->mu);
-  if (notify) cl->opts.on_lost(name, fence, DBLOCK_ELOST, cl->opts.on_lost_arg);
 }
 
 /* Sleeps until at_ms (monotonic) or a kick; records the plan so that a
- * new lock due later than that need not wake it. Caller holds mu. */
+ * lock or a call due later than that need not wake it. Caller holds mu. */
 static void wait_until(dblock_client *cl, int64_t at_ms) {
   struct timespec ts = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
   cl->wd_wake_ms = at_ms;
   pthread_cond_timedwait(&cl->wake, &cl->mu, &ts);
-  cl->wd_wake_ms = 0; /* awake: it will look at every entry anyway */
+  cl->wd_wake_ms = 0; /* awake: it will look at everything anyway */
 }
 
-/* Picks the next entry due for renewal (claiming it), or returns NULL and
- * the time of the next one in *next. Caller holds mu. */
-static struct dbl_held *next_due(dblock_client *cl, int64_t now, int64_t *next) {
-  int64_t period = cl->opts.lease_ms / 3;
-  *next = now + 1000;
+/* Declares every lock whose loss deadline has passed lost, putting up to
+ * LOST_BATCH of those whose callback is due (marked TELLING) into tell.
+ * Returns how many; *next is lowered to the next deadline. Caller holds mu. */
+static int declare_losses(dblock_client *cl, int64_t now, int64_t *next,
+                          struct dbl_held **tell) {
+  int n = 0;
   for (struct dbl_held *h = cl->held; h; h = h->next) {
-    if (h->lost || !h->auto_renew || h->handles <= 0) continue;
+    if (h->lost || h->lost_at_ms <= 0 || h->handles <= 0) continue;
+    if (now < h->lost_at_ms) {
+      if (h->lost_at_ms < *next) *next = h->lost_at_ms;
+      continue;
+    }
+    if (n == LOST_BATCH) {
+      *next = now; /* more to report: another pass right away */
+      break;
+    }
+    h->lost = DBLOCK_ELOST;
+    if (h->lost_notified == LOST_UNTOLD && cl->opts.on_lost) {
+      h->lost_notified = LOST_TELLING;
+      tell[n++] = h;
+    } else if (h->lost_notified == LOST_UNTOLD) {
+      h->lost_notified = LOST_TOLD;
+    }
+  }
+  return n;
+}
+
+/* Claims every entry due for renewal and queues it for a worker. Caller
+ * holds mu. */
+static void queue_renewals(dblock_client *cl, int64_t now, int64_t *next) {
+  int64_t period = dbl_ping_ms(cl);
+  for (struct dbl_held *h = cl->held; h; h = h->next) {
+    if (h->lost || !h->auto_renew || h->handles <= 0 || h->queued) continue;
     if (h->renew_at_ms == 0) h->renew_at_ms = now + period; /* no lease: ping */
     if (h->renew_at_ms <= now && !h->busy) {
       h->busy = 1;
-      return h;
+      h->queued = 1;
+      cl->nqueued++;
+      continue;
     }
     {
-      /* Due but claimed by a caller's renew or release (which may take a
-       * reconnect): look again in 10 ms rather than spin. */
+      /* Due but claimed by a caller's renew or release: look again in
+       * 10 ms rather than spin. */
       int64_t at = h->renew_at_ms > now ? h->renew_at_ms : now + 10;
       if (at < *next) *next = at;
     }
   }
-  return NULL;
+}
+
+/* Cuts every call that has outlived its bound. Caller holds mu. */
+static void cut_late_calls(dblock_client *cl, int64_t now, int64_t *next) {
+  if (!cl->drv->interrupt) return;
+  for (int i = 0; i < cl->nall; i++) {
+    dbl_pconn *pc = cl->all[i];
+    if (!pc->call_deadline_ms || pc->interrupted) continue;
+    if (now >= pc->call_deadline_ms) dbl_cut_locked(cl, pc);
+    else if (pc->call_deadline_ms < *next) {
+      *next = pc->call_deadline_ms;
+    }
+  }
+}
+
+static void *worker_main(void *arg);
+
+/* Makes sure a worker will pick up each queued renewal. Caller holds mu. */
+static void dispatch(dblock_client *cl) {
+  if (!cl->nqueued) return;
+  while (cl->nqueued > cl->idle_workers && cl->nworkers < DBL_MAX_WORKERS &&
+         pthread_create(&cl->workers[cl->nworkers], NULL, worker_main, cl) == 0) {
+    cl->nworkers++;
+    cl->idle_workers++; /* counted free from its start, so no second spawn */
+  }
+  /* (when no thread can be started, the ones there are take the queue in
+   * turn; loss deadlines are kept by this thread regardless) */
+  pthread_cond_broadcast(&cl->work);
 }
 
 static void *watchdog_main(void *arg) {
   dblock_client *cl = arg;
+  struct dbl_held *tell[LOST_BATCH];
   pthread_mutex_lock(&cl->mu);
   while (!cl->closing) {
-    int64_t now = dbl_mono_ms(), next;
-    struct dbl_held *h = next_due(cl, now, &next);
-    dbl_err e;
-    int rc;
-    if (!h) {
-      wait_until(cl, next);
-      continue;
+    int64_t now = dbl_mono_ms(), next = now + 1000;
+    int n = declare_losses(cl, now, &next, tell);
+    queue_renewals(cl, now, &next);
+    cut_late_calls(cl, now, &next);
+    dispatch(cl);
+    if (n) {
+      for (int i = 0; i < n; i++) tell_locked(cl, tell[i]);
+      continue; /* time has passed: look again before sleeping */
     }
-    pthread_mutex_unlock(&cl->mu);
-    memset(&e, 0, sizeof e);
-    rc = dbl_renew_held(cl, h, &e);
-    if (rc == DBLOCK_ELOST) dbl_mark_lost(cl, h);
-    pthread_mutex_lock(&cl->mu);
-    if (rc != 0 && rc != DBLOCK_ELOST) {
-      /* Outcome unknown (connection trouble): try again soon with a fresh
-       * connection; the owner-checked renewal re-reads the row. Give up
-       * when the lease has surely ended. */
-      now = dbl_mono_ms();
-      if (h->lease_ms > 0 && now >= h->deadline_ms) {
-        pthread_mutex_unlock(&cl->mu);
-        dbl_mark_lost(cl, h);
-        pthread_mutex_lock(&cl->mu);
-      } else {
-        int64_t retry = h->lease_ms > 0 ? (h->deadline_ms - now) / 4 : 1000;
-        h->renew_at_ms = now + (retry < 50 ? 50 : retry > 1000 ? 1000 : retry);
-      }
-    } else if (rc == 0 && h->lease_ms <= 0) {
-      h->renew_at_ms = dbl_mono_ms() + cl->opts.lease_ms / 3;
-    }
-    h->busy = 0;
-    pthread_cond_broadcast(&cl->cv);
+    if (next > now) wait_until(cl, next);
   }
   pthread_mutex_unlock(&cl->mu);
   return NULL;
 }
 
-int dbl_watchdog_start(dblock_client *cl) {
-  int rc = 0;
+/* Takes the first queued entry (already claimed for us). Caller holds mu. */
+static struct dbl_held *take_queued(dblock_client *cl) {
+  for (struct dbl_held *h = cl->held; h; h = h->next)
+    if (h->queued) {
+      h->queued = 0;
+      cl->nqueued--;
+      return h;
+    }
+  return NULL;
+}
+
+/* Renews one claimed entry and plans its next renewal. Called without mu. */
+static void renew_one(dblock_client *cl, struct dbl_held *h) {
+  dbl_err e;
+  int rc;
+  memset(&e, 0, sizeof e);
+  rc = dbl_renew_held(cl, h, &e);
+  if (rc == DBLOCK_ELOST) dbl_mark_lost(cl, h);
   pthread_mutex_lock(&cl->mu);
-  if (!cl->watchdog_started) {
-    if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) == 0)
-      cl->watchdog_started = 1;
-    else
-      rc = DBLOCK_ENOMEM;
+  if (rc != 0 && rc != DBLOCK_ELOST) {
+    /* Outcome unknown (connection trouble, a call cut): try again soon on
+     * a fresh connection; the owner-checked renewal re-reads the row. The
+     * watchdog declares the loss if the deadline comes first. */
+    int64_t now = dbl_mono_ms();
+    int64_t retry = h->lease_ms > 0 ? (h->lost_at_ms - now) / 4 : RETRY_MAX_MS;
+    h->renew_at_ms = now + (retry < RETRY_MIN_MS ? RETRY_MIN_MS
+                            : retry > RETRY_MAX_MS ? RETRY_MAX_MS : retry);
+  } else if (rc == 0 && h->lease_ms <= 0) {
+    h->renew_at_ms = dbl_mono_ms() + dbl_ping_ms(cl);
   }
+  h->busy = 0;
+  pthread_cond_broadcast(&cl->cv);
+  if (cl->wd_wake_ms > h->renew_at_ms) pthread_cond_broadcast(&cl->wake);
+  pthread_mutex_unlock(&cl->mu);
+}
+
+/* A renewal worker; counted in idle_workers whenever it is not renewing. */
+static void *worker_main(void *arg) {
+  dblock_client *cl = arg;
+  pthread_mutex_lock(&cl->mu);
+  while (!cl->closing) {
+    struct dbl_held *h = take_queued(cl);
+    if (!h) {
+      pthread_cond_wait(&cl->work, &cl->mu);
+      continue;
+    }
+    cl->idle_workers--;
+    pthread_mutex_unlock(&cl->mu);
+    renew_one(cl, h);
+    pthread_mutex_lock(&cl->mu);
+    cl->idle_workers++;
+  }
+  pthread_mutex_unlock(&cl->mu);
+  return NULL;
+}
+
+int dbl_watchdog_start_locked(dblock_client *cl) {
+  if (cl->watchdog_started || cl->closing) return 0;
+  if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) != 0) return DBLOCK_ENOMEM;
+  cl->watchdog_started = 1;
+  return 0;
+}
+
+int dbl_watchdog_start(dblock_client *cl) {
+  int rc;
+  pthread_mutex_lock(&cl->mu);
+  rc = dbl_watchdog_start_locked(cl);
   pthread_mutex_unlock(&cl->mu);
   return rc;
 }
@@ -114,8 +278,8 @@ void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms) {
   pthread_mutex_lock(&cl->mu);
   /* Asleep until after this lock is due: wake it to re-plan. Asleep until
    * before (its idle tick, or an earlier lock): it will see this one then;
-   * awake: it scans every entry before sleeping again. */
-  if (cl->wd_wake_ms > due_ms) pthread_cond_broadcast(&cl->wake); /* (the reaper
-                                      thread waits on it too: signal could pick it) */
+   * awake: it scans every entry before sleeping again. (broadcast: the
+   * reaper thread waits on the same variable.) */
+  if (cl->wd_wake_ms > due_ms) pthread_cond_broadcast(&cl->wake);
   pthread_mutex_unlock(&cl->mu);
 }

@@ -4,11 +4,13 @@
  */
 #include "driver.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 const dbl_driver *dbl_driver_for(const dbl_url *url) {
   switch (url->backend) {
@@ -143,4 +145,10 @@ int dbl_fd_readable(int fd) {
   struct pollfd p = {.fd = fd, .events = POLLIN};
   if (fd < 0) return 1;
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+int dbl_fd_dup(int fd) { return fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1; }
+
+void dbl_fd_cut(int fd) {
+  if (fd >= 0) shutdown(fd, SHUT_RDWR);
 }

@@ -21,7 +21,7 @@
 #include "../core/url.h"
 #include "dblock.h"
 
-#define DBL_DRIVER_VERSION 1
+#define DBL_DRIVER_VERSION 2
 
 typedef enum dbl_dialect { DBL_PG = 1, DBL_MY = 2, DBL_LITE = 3 } dbl_dialect;
 
@@ -127,6 +127,22 @@ typedef struct dbl_driver {
    * transactions otherwise (pipelining, in-process) return 0 and do
    * nothing. */
   int (*set_autocommit)(dbl_conn *c, int on, dbl_err *e);
+
+  /* ---- version 2 ---- */
+  /* Cuts the connection from another thread: a call blocked on it returns
+   * at once with DBLOCK_ECONN, and the connection is broken from then on.
+   * Safe to call while another thread is inside a call on c (it only shuts
+   * the socket down; it never frees anything). NULL for an embedded
+   * backend, whose calls are bounded by its busy timeout. */
+  void (*interrupt)(dbl_conn *c);
+
+  /* This connection is about to keep a transaction open while idle (a
+   * for_update lock) and is used at least every limit_ms / 3: sets the
+   * server's idle-in-transaction / idle-session limits for this session to
+   * limit_ms, so that a server setting can neither end the lock before the
+   * holder's own checks notice nor keep a dead holder's lock for hours.
+   * Remembered; only talks to the server on a change. NULL: no such limits. */
+  int (*idle_guard)(dbl_conn *c, int64_t limit_ms, dbl_err *e);
 } dbl_driver;
 
 extern const dbl_driver dbl_driver_pg;
@@ -176,5 +192,15 @@ void dbl_err_scrub(dbl_err *e, const char *secret);
  * On an idle database connection that means the server spoke unasked —
  * in practice, that it is closing the connection. */
 int dbl_fd_readable(int fd);
+
+/* A close-on-exec duplicate of a client library's socket, for interrupt:
+ * the library closes its own descriptor when it finds the connection dead,
+ * and the number could be reused by another socket before an interrupt
+ * would shut it down; the duplicate stays ours until the driver's close.
+ * -1 on failure (then calls on that connection cannot be cut). */
+int dbl_fd_dup(int fd);
+/* Shuts the socket behind fd down (no close): a call blocked on it in poll
+ * or recv wakes with end-of-file. No-op for -1. */
+void dbl_fd_cut(int fd);
 
 #endif

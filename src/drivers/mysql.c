@@ -9,12 +9,14 @@
  * old session held.
  */
 #include <errmsg.h>
+#include <fcntl.h>
 #include <mysql.h>
 #include <mysqld_error.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "driver.h"
 
@@ -27,6 +29,10 @@ struct dbl_conn {
   uint64_t trips;
   int broken;
   int64_t lock_wait; /* ms currently set, -2 = unknown */
+  int limit_armed;   /* max_statement_time is set for the next statement
+                        only: reset it after that one */
+  int64_t idle_limit; /* idle limits set by idle_guard, -2 = unknown */
+  int fd;            /* our duplicate of the socket (dbl_fd_dup), or -1 */
   int autocommit;    /* 1 on (the default), 0 off, -1 unknown */
   dbl_stmt_cache cache;
 };
@@ -167,8 +173,40 @@ out:
   return rc;
 }
 
+static int my_query_once(dbl_conn *c, const char *sql, const dbl_param *p, int np,
+                         dbl_res *res, dbl_err *e);
+
+/* After a statement that ran under a statement time limit armed by a
+ * sub-second lock wait (see my_set_lock_wait), takes the limit off again, so
+ * that it never cuts a later statement short (a COMMIT, a ping, a reaper
+ * batch) on this pooled connection. Returns rc, or the reset's error when
+ * the statement itself succeeded. */
+static int disarm_limit(dbl_conn *c, int rc, dbl_err *e) {
+  dbl_err scratch;
+  if (!c->limit_armed || c->broken) return rc;
+  c->limit_armed = 0;
+  c->lock_wait = -2; /* innodb_lock_wait_timeout stays; the next set resends */
+  c->trips++;
+  if (mysql_real_query(c->my, "SET SESSION max_statement_time = 0", 34) != 0) {
+    int code = fail_my(c, &scratch);
+    if (rc == 0) {
+      *e = scratch;
+      rc = code;
+    }
+  }
+  return rc;
+}
+
+/* Runs one statement (then disarm_limit). */
 static int my_query(dbl_conn *c, const char *sql, const dbl_param *p, int np,
                     dbl_res *res, dbl_err *e) {
+  int rc = my_query_once(c, sql, p, np, res, e), after = disarm_limit(c, rc, e);
+  if (after != rc && res) dbl_res_clear(res);
+  return after;
+}
+
+static int my_query_once(dbl_conn *c, const char *sql, const dbl_param *p, int np,
+                         dbl_res *res, dbl_err *e) {
   MYSQL_BIND b[MY_MAX_PARAMS];
   long long ints[MY_MAX_PARAMS];
   unsigned long lens[MY_MAX_PARAMS];
@@ -243,9 +281,10 @@ static int my_script(dbl_conn *c, const char *sql, dbl_err *e) {
 }
 
 static int my_simple(dbl_conn *c, const char *sql, dbl_err *e) {
+  int rc = 0;
   c->trips++;
-  if (mysql_real_query(c->my, sql, strlen(sql))) return fail_my(c, e);
-  return 0;
+  if (mysql_real_query(c->my, sql, strlen(sql))) rc = fail_my(c, e);
+  return disarm_limit(c, rc, e);
 }
 static int my_begin(dbl_conn *c, dbl_err *e) {
   return my_simple(c, "START TRANSACTION", e);
@@ -266,32 +305,60 @@ static int my_now_us(dbl_conn *c, int64_t *out, dbl_err *e) {
   return rc;
 }
 
-/* InnoDB's lock wait only takes whole seconds, so a wait is enforced by
- * max_statement_time (fractional seconds, error 1969) with
- * innodb_lock_wait_timeout as the whole-second backstop. Waiting forever
- * sets both to their "no limit" values. */
+/* InnoDB's lock wait takes whole seconds (0: do not wait at all). A try
+ * waits 0 and a wait of a second or more waits its whole seconds (the
+ * caller's wait loop asks again for the rest): neither has a statement
+ * time limit, which would also cut a slow but unblocked statement on a
+ * loaded server and call a free name busy. Only a wait under a second
+ * needs max_statement_time (error 1969); it is armed for the next
+ * statement only (see my_query). */
 static int my_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
   dbl_param p[2];
-  int64_t eff = ms < 0 ? -1 : ms == 0 ? 1 : ms;
+  int64_t eff = ms < 0 ? -1 : ms;
   char secs[32];
-  int rc;
-  if (c->lock_wait == eff) return 0;
+  int rc, armed = 0;
+  if (c->lock_wait == eff) return 0; /* (never true for an armed limit) */
   if (eff < 0) {
     p[0] = DBL_I64(1073741824);
     p[1] = DBL_STR("0");
+  } else if (eff == 0 || eff >= 1000) {
+    p[0] = DBL_I64(eff / 1000);
+    p[1] = DBL_STR("0");
   } else {
-    p[0] = DBL_I64(eff / 1000 + 1);
-    snprintf(secs, sizeof secs, "%lld.%03lld", (long long)(eff / 1000),
-             (long long)(eff % 1000));
+    p[0] = DBL_I64(1);
+    snprintf(secs, sizeof secs, "0.%03lld", (long long)eff);
     p[1] = DBL_STR(secs);
+    armed = 1;
   }
-  rc = my_query(c,
-                "SET SESSION innodb_lock_wait_timeout = ?, "
-                "max_statement_time = CAST(? AS DECIMAL(12,3))",
-                p, 2, NULL, e);
-  c->lock_wait = rc == 0 ? eff : -2;
+  rc = my_query_once(c,
+                     "SET SESSION innodb_lock_wait_timeout = ?, "
+                     "max_statement_time = CAST(? AS DECIMAL(12,3))",
+                     p, 2, NULL, e);
+  c->lock_wait = rc == 0 && !armed ? eff : -2;
+  c->limit_armed = rc == 0 && armed;
   return rc;
 }
+
+/* MariaDB: the idle-transaction limits (10.3+) and wait_timeout of this
+ * session, in whole seconds (rounded up). MySQL has no idle-transaction
+ * limits (error 1193): there only wait_timeout is set. */
+static int my_idle_guard(dbl_conn *c, int64_t limit_ms, dbl_err *e) {
+  int64_t s = (limit_ms + 999) / 1000;
+  dbl_param p[4] = {DBL_I64(s), DBL_I64(s), DBL_I64(s), DBL_I64(s)};
+  int rc;
+  if (c->idle_limit == limit_ms) return 0;
+  rc = my_query(c,
+                "SET SESSION idle_transaction_timeout = ?, idle_write_transaction_timeout = ?, "
+                "idle_readonly_transaction_timeout = ?, wait_timeout = ?",
+                p, 4, NULL, e);
+  if (rc != 0 && e->native == 1193)
+    rc = my_query(c, "SET SESSION wait_timeout = ?", p, 1, NULL, e);
+  c->idle_limit = rc == 0 ? limit_ms : -2;
+  return rc;
+}
+
+/* Connector/C then fails the call with 2013. */
+static void my_interrupt(dbl_conn *c) { dbl_fd_cut(c->fd); }
 
 static int my_set_autocommit(dbl_conn *c, int on, dbl_err *e) {
   if (c->autocommit == (on ? 1 : 0)) return 0;
@@ -318,6 +385,7 @@ static void my_close(dbl_conn *c) {
   if (!c) return;
   dbl_cache_clear(&c->cache, close_stmt);
   if (c->my) mysql_close(c->my);
+  if (c->fd >= 0) close(c->fd);
   if (c->secret) {
     memset(c->secret, 0, strlen(c->secret));
     free(c->secret);
@@ -335,6 +403,8 @@ static int my_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   pthread_once(&lib_once, lib_init);
   if (!c) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
   c->lock_wait = -2;
+  c->idle_limit = -2;
+  c->fd = -1;
   c->autocommit = 1;
   for (int i = 0; i < u->nparams; i++)
     if (strcmp(u->keys[i], "socket") != 0) {
@@ -365,6 +435,13 @@ static int my_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
     return rc;
   }
   c->trips++;
+  /* Connector/C does not open its socket close-on-exec: without this a
+   * program run under the lock (dblock run) would inherit the session. */
+  {
+    int fd = (int)mysql_get_socket(c->my);
+    if (fd >= 0) fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+    c->fd = dbl_fd_dup(fd);
+  }
   *out = c;
   return 0;
 }
@@ -387,4 +464,6 @@ const dbl_driver dbl_driver_mysql = {
     .round_trips = my_trips,
     .set_lock_wait = my_set_lock_wait,
     .set_autocommit = my_set_autocommit,
+    .interrupt = my_interrupt,
+    .idle_guard = my_idle_guard,
 };

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "driver.h"
 
@@ -22,7 +23,11 @@ struct dbl_conn {
   char *secret;       /* password, only to scrub it out of messages */
   uint64_t trips;
   int64_t lock_wait;  /* current lock_timeout in ms, -2 = unknown */
+  int64_t idle_limit; /* idle_in_transaction_session_timeout set, -2 = unknown */
+  int fd;             /* our duplicate of the socket (dbl_fd_dup), or -1 */
   int dead;           /* closed by the server while idle */
+  int pooled;         /* behind a transaction-pooling proxy (PgBouncer):
+                         no named prepared statements, no session settings */
 };
 
 /* Maps a SQLSTATE to a dblock code (BACKENDS.md's table). */
@@ -201,7 +206,7 @@ static int send_one(dbl_conn *c, const char *sql, const dbl_param *p, int np,
   if (!(q = rewrite(sql))) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
   /* In a pipeline the statement must already be prepared (pg_pipeline
    * prepares first); outside one, prepare on first use. */
-  if (np > 0 && !(name = prepared(c, sql, q, np, e))) {
+  if (np > 0 && !c->pooled && !(name = prepared(c, sql, q, np, e))) {
     free(q);
     return e->code;
   }
@@ -246,7 +251,7 @@ static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
   if (res) memset(res, 0, sizeof *res);
   /* Prepare what is not yet prepared, before the pipeline (first use on
    * this connection only). */
-  for (i = 0; i < n; i++)
+  for (i = 0; i < n && !c->pooled; i++)
     if (s[i].nparams > 0) {
       char *q = rewrite(s[i].sql);
       const char *name;
@@ -326,7 +331,7 @@ static int pg_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
   /* lock_timeout 0 means "wait forever" in PostgreSQL, so a try uses 1 ms. */
   int64_t eff = ms < 0 ? 0 : ms == 0 ? 1 : ms;
   dbl_param p;
-  if (c->lock_wait == eff) return 0;
+  if (c->lock_wait == eff || c->pooled) return 0; /* (pooled: see pg_connect) */
   snprintf(v, sizeof v, "%lldms", (long long)eff);
   p = DBL_STR(v);
   rc = pg_query(c, "SELECT set_config('lock_timeout', ?, false)", &p, 1, NULL, e);
@@ -349,6 +354,7 @@ static void pg_close(dbl_conn *c) {
   if (!c) return;
   dbl_cache_clear(&c->cache, free);
   if (c->pg) PQfinish(c->pg);
+  if (c->fd >= 0) close(c->fd);
   if (c->secret) {
     memset(c->secret, 0, strlen(c->secret));
     free(c->secret);
@@ -409,6 +415,21 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   *out = NULL;
   if (!c) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
   c->lock_wait = -2;
+  c->idle_limit = -2;
+  c->fd = -1;
+  /* ?pooler=transaction: the URL names a transaction-pooling proxy
+   * (PgBouncer < 1.21), where consecutive statements may run on different
+   * server sessions: statements are sent unnamed (parsed each time), and
+   * session settings are left alone (they would leak to other clients'
+   * sessions); for_update sets its lock wait inside its transaction. */
+  if (dbl_url_param(u, "pooler")) {
+    if (strcmp(dbl_url_param(u, "pooler"), "transaction") != 0) {
+      free(c);
+      return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
+                         "pooler=%s: the only value is 'transaction'", dbl_url_param(u, "pooler"));
+    }
+    c->pooled = 1;
+  }
   if (u->pg_keywords) {
     PQconninfoOption *opts = PQconninfoParse(u->pg_keywords, NULL);
     if (!opts) {
@@ -434,6 +455,7 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
     }
     if (u->dbname) { keys[n] = "dbname"; vals[n++] = u->dbname; }
     for (int i = 0; i < u->nparams; i++) {
+      if (strcmp(u->keys[i], "pooler") == 0) continue; /* dblock's own */
       keys[n] = u->keys[i]; vals[n++] = u->vals[i];
     }
   }
@@ -470,8 +492,28 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
     return rc;
   }
   c->trips++;
+  c->fd = dbl_fd_dup(PQsocket(c->pg));
   *out = c;
   return 0;
+}
+
+/* libpq then reports the connection lost. */
+static void pg_interrupt(dbl_conn *c) { dbl_fd_cut(c->fd); }
+
+/* The session's idle-in-transaction limit (a user may set it: USERSET).
+ * A role or server value shorter than the lock's pings would end the lock
+ * transaction silently; 0 (none) would keep a vanished holder's lock. */
+static int pg_idle_guard(dbl_conn *c, int64_t limit_ms, dbl_err *e) {
+  char v[32];
+  dbl_param p;
+  int rc;
+  if (c->idle_limit == limit_ms || c->pooled) return 0;
+  snprintf(v, sizeof v, "%lldms", (long long)limit_ms);
+  p = DBL_STR(v);
+  rc = pg_query(c, "SELECT set_config('idle_in_transaction_session_timeout', ?, false)", &p, 1,
+                NULL, e);
+  c->idle_limit = rc == 0 ? limit_ms : -2;
+  return rc;
 }
 
 /* Transactions are opened explicitly (pipelined BEGIN / in-process), so
@@ -501,4 +543,6 @@ const dbl_driver dbl_driver_pg = {
     .round_trips = pg_trips,
     .set_lock_wait = pg_set_lock_wait,
     .set_autocommit = pg_set_autocommit,
+    .interrupt = pg_interrupt,
+    .idle_guard = pg_idle_guard,
 };

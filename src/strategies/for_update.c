@@ -25,13 +25,14 @@
  * database file for writing while held: one for_update lock at a time per
  * file, and every other writer waits.
  *
- * Parameters, in order: fence base, host, pid, thread, token, name.
+ * Parameters, in order: host, pid, thread, token, name.
  */
+#include "fence.h"
 #include "lease.h"
 
 static const char *PG_TAKE =
     "UPDATE ${schema}.${table} SET "
-    "fence = GREATEST(fence + 1, ?::int8 + nextval('${schema}.${table}_fence_seq')), "
+    "fence = GREATEST(fence + 1, " DBL_PG_NEXT_FENCE "), "
     "version = version + 1, hold_count = 1, owner_host = ?, owner_pid = ?::int8, "
     "owner_thread = ?::int8, owner_token = ?, acquired_at = statement_timestamp(), "
     "renewed_at = statement_timestamp(), expires_at = NULL, owner_session = pg_backend_pid() "
@@ -40,13 +41,13 @@ static const char *PG_TAKE =
     "owner_pid || ' ' || owner_thread || ' ' || owner_host, 63), true)";
 static const char *MY_TAKE =
     "UPDATE ${table} SET "
-    "fence = LAST_INSERT_ID(GREATEST(fence + 1, ? + NEXTVAL(${table}_fence_seq))), "
+    "fence = LAST_INSERT_ID(GREATEST(fence + 1, " DBL_MY_NEXT_FENCE ")), "
     "version = version + 1, hold_count = 1, owner_host = ?, owner_pid = ?, "
     "owner_thread = ?, owner_token = ?, acquired_at = UTC_TIMESTAMP(6), "
     "renewed_at = UTC_TIMESTAMP(6), expires_at = NULL, owner_session = CONNECTION_ID() "
     "WHERE name = ? AND strategy = 'for_update'";
 static const char *LITE_TAKE =
-    "UPDATE ${table} SET fence = MAX(fence + 1, ? + 0, dblock_now_us()), "
+    "UPDATE ${table} SET fence = MAX(fence + 1, " DBL_LITE_NEXT_FENCE "), "
     "version = version + 1, hold_count = 1, owner_host = ?, owner_pid = ?, "
     "owner_thread = ?, owner_token = ?, acquired_at = dblock_now_us(), "
     "renewed_at = dblock_now_us(), expires_at = NULL "
@@ -66,26 +67,26 @@ static const char *LITE_CREATE =
     "INSERT INTO ${table} (name, strategy, state, version) "
     "VALUES (?, 'for_update', 0, 0) ON CONFLICT (name) DO NOTHING";
 
+#define NHOLDER 5
 static void holder_params(const dbl_op *op, dbl_param *p) {
-  p[0] = DBL_I64(op->fence_base);
-  p[1] = DBL_STR(op->host);
-  p[2] = DBL_I64(op->pid);
-  p[3] = DBL_I64(op->thread);
-  p[4] = DBL_STR(op->token);
-  p[5] = DBL_TEXT(op->name, op->name_len);
+  p[0] = DBL_STR(op->host);
+  p[1] = DBL_I64(op->pid);
+  p[2] = DBL_I64(op->thread);
+  p[3] = DBL_STR(op->token);
+  p[4] = DBL_TEXT(op->name, op->name_len);
 }
 
 /* Runs a take/create statement inside the open transaction. *granted is
  * set when it locked the row (and op->g.fence is filled). */
 static int take(dbl_op *op, const char *tmpl, int *granted) {
-  dbl_param p[6];
+  dbl_param p[NHOLDER];
   dbl_res r;
   int rc;
   const char *sql = op->sql(op, tmpl);
   *granted = 0;
   if (!sql) return dbl_err_set(op->e, DBLOCK_ENOMEM, "", 0, "out of memory");
   holder_params(op, p);
-  if ((rc = op->drv->query(op->conn, sql, p, 6, &r, op->e)) != 0) return rc;
+  if ((rc = op->drv->query(op->conn, sql, p, NHOLDER, &r, op->e)) != 0) return rc;
   if (op->drv->dialect == DBL_MY) {
     if (r.affected == 1) {
       *granted = 1;
@@ -108,7 +109,7 @@ static int open_and_take(dbl_op *op, int64_t wait_ms, int *granted) {
   *granted = 0;
   if (op->drv->dialect == DBL_PG) {
     char tmo[32];
-    dbl_param wp, p[6];
+    dbl_param wp, p[NHOLDER];
     dbl_res r;
     dbl_stmt s[4];
     const char *sql = op->sql(op, PG_TAKE);
@@ -123,7 +124,7 @@ static int open_and_take(dbl_op *op, int64_t wait_ms, int *granted) {
     /* Only a row lock and values that die with a crash anyway (the epoch
      * protects fences) are written: the commit need not wait for a flush. */
     s[2] = (dbl_stmt){"SET LOCAL synchronous_commit = off", NULL, 0};
-    s[3] = (dbl_stmt){sql, p, 6};
+    s[3] = (dbl_stmt){sql, p, NHOLDER};
     if ((rc = op->drv->pipeline(op->conn, s, 4, &r, op->e)) != 0) return rc;
     if (r.nrows == 1) {
       *granted = 1;

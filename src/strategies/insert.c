@@ -6,10 +6,22 @@
  * conflict — take it over if it is free or expired, or add a hold if this
  * owner (token + thread) already has it. A conflict with a live holder
  * changes nothing and returns no row: busy is an answer, not an error in
- * the server log. Release deletes the row, checked by owner and fence.
+ * the server log. Release frees the row (state 0), checked by owner and
+ * fence; the row stays, with its fence, until the reaper collects it after
+ * its lease (and grace) ended. Deleting it at release let a grant whose
+ * statement drew its fence before another owner's whole acquire and
+ * release — and then found no row — insert a lower fence; now that grant
+ * finds the row and takes GREATEST(row fence + 1, its own).
  *
- * Parameters, in order: name, host, pid, thread, token, fence base, lease µs.
+ * "This owner holds it" (a reentrant hold: same fence, one more hold) is
+ * honoured only when the core knows of a live hold (reent = 1); a row this
+ * owner left behind (a release whose answer was lost, a handle declared
+ * lost) is taken over as a fresh grant with a fresh fence.
+ *
+ * Parameters, in order: name, host, pid, thread, token, lease µs, then
+ * the reentrant flag (three times; once on MySQL).
  */
+#include "fence.h"
 #include "lease.h"
 
 static const char *PG_ACQUIRE =
@@ -17,15 +29,15 @@ static const char *PG_ACQUIRE =
     "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "
     "acquired_at, renewed_at, expires_at) "
     "VALUES (?, 'insert', 1, 1, ?, ?::int8, ?::int8, ?, 1, "
-    "?::int8 + nextval('${schema}.${table}_fence_seq'), statement_timestamp(), "
+    DBL_PG_NEXT_FENCE ", statement_timestamp(), "
     "statement_timestamp(), statement_timestamp() + ?::int8 * interval '1 microsecond') "
     "ON CONFLICT (name) DO UPDATE SET "
     "hold_count = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "
-    "  THEN l.hold_count + 1 ELSE 1 END, "
+    "  AND ?::int4 = 1 THEN l.hold_count + 1 ELSE 1 END, "
     "fence = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "
-    "  THEN l.fence ELSE GREATEST(l.fence + 1, excluded.fence) END, "
+    "  AND ?::int4 = 1 THEN l.fence ELSE GREATEST(l.fence + 1, excluded.fence) END, "
     "acquired_at = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "
-    "  THEN l.acquired_at ELSE excluded.acquired_at END, "
+    "  AND ?::int4 = 1 THEN l.acquired_at ELSE excluded.acquired_at END, "
     "strategy = 'insert', state = 1, version = l.version + 1, "
     "owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, "
     "owner_thread = excluded.owner_thread, owner_token = excluded.owner_token, "
@@ -46,13 +58,15 @@ static const char *MY_ACQUIRE =
     "owner_pid, owner_thread, owner_token, hold_count, fence, acquired_at, "
     "renewed_at, expires_at) "
     "VALUES (?, 'insert', 1, 1, ?, ?, ?, ?, 1, "
-    "LAST_INSERT_ID(? + NEXTVAL(${table}_fence_seq)), UTC_TIMESTAMP(6), "
+    "LAST_INSERT_ID(" DBL_MY_NEXT_FENCE "), UTC_TIMESTAMP(6), "
     "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) "
     "ON DUPLICATE KEY UPDATE "
     "version = IF((@dbl_m := (state = 1 AND expires_at > UTC_TIMESTAMP(6) "
-    "    AND owner_token = VALUES(owner_token) AND owner_thread = VALUES(owner_thread))) "
+    "    AND owner_token = VALUES(owner_token) AND owner_thread = VALUES(owner_thread) "
+    "    AND ? = 1)) "
     "  + (@dbl_g := (strategy <> 'for_update' AND (state = 0 "
-    "    OR expires_at <= UTC_TIMESTAMP(6)))) > 0, version + 1, version), "
+    "    OR expires_at <= UTC_TIMESTAMP(6) OR (owner_token = VALUES(owner_token) "
+    "    AND owner_thread = VALUES(owner_thread) AND ? = 0)))) > 0, version + 1, version), "
     "hold_count = IF(@dbl_m, hold_count + 1, IF(@dbl_g, 1, hold_count)), "
     "fence = LAST_INSERT_ID(IF(@dbl_g, GREATEST(fence + 1, VALUES(fence)), fence)), "
     "acquired_at = IF(@dbl_g, VALUES(acquired_at), acquired_at), "
@@ -65,22 +79,21 @@ static const char *MY_ACQUIRE =
     "owner_thread = IF(@dbl_g, VALUES(owner_thread), owner_thread), "
     "expires_at = IF(@dbl_m OR @dbl_g, VALUES(expires_at), expires_at)";
 
-/* SQLite: the same upsert as PostgreSQL; the fence is the larger of the
- * row's next value and this host's clock in µs, which keeps it increasing
- * after the row is deleted (SQLite has no sequence outside transactions). */
+/* SQLite: the same upsert as PostgreSQL; the fence is drawn by
+ * DBL_LITE_NEXT_FENCE (above the file's high-water mark and the clock). */
 static const char *LITE_ACQUIRE =
     "INSERT INTO ${table} AS l (name, strategy, state, version, owner_host, "
     "owner_pid, owner_thread, owner_token, hold_count, fence, acquired_at, "
     "renewed_at, expires_at) "
-    "VALUES (?, 'insert', 1, 1, ?, ?, ?, ?, 1, MAX(?, dblock_now_us()), "
+    "VALUES (?, 'insert', 1, 1, ?, ?, ?, ?, 1, " DBL_LITE_NEXT_FENCE ", "
     "dblock_now_us(), dblock_now_us(), dblock_now_us() + ?) "
     "ON CONFLICT (name) DO UPDATE SET "
     "hold_count = CASE WHEN l.state = 1 AND l.expires_at > excluded.acquired_at "
-    "  THEN l.hold_count + 1 ELSE 1 END, "
+    "  AND ? = 1 THEN l.hold_count + 1 ELSE 1 END, "
     "fence = CASE WHEN l.state = 1 AND l.expires_at > excluded.acquired_at "
-    "  THEN l.fence ELSE MAX(l.fence + 1, excluded.fence) END, "
+    "  AND ? = 1 THEN l.fence ELSE MAX(l.fence + 1, excluded.fence) END, "
     "acquired_at = CASE WHEN l.state = 1 AND l.expires_at > excluded.acquired_at "
-    "  THEN l.acquired_at ELSE excluded.acquired_at END, "
+    "  AND ? = 1 THEN l.acquired_at ELSE excluded.acquired_at END, "
     "strategy = 'insert', state = 1, version = l.version + 1, "
     "owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, "
     "owner_thread = excluded.owner_thread, owner_token = excluded.owner_token, "
@@ -90,17 +103,20 @@ static const char *LITE_ACQUIRE =
     "  OR (l.owner_token = excluded.owner_token AND l.owner_thread = excluded.owner_thread)) "
     "RETURNING fence, hold_count, expires_at, version";
 
-static const char *PG_DELETE =
-    "DELETE FROM ${schema}.${table} WHERE name = ? AND owner_token = ? "
-    "AND owner_thread = ?::int8 AND fence = ?::int8 AND state = 1";
-static const char *MY_DELETE =
-    "DELETE FROM ${table} WHERE name = ? AND owner_token = ? "
-    "AND owner_thread = ? AND fence = ? AND state = 1";
+/* Release: the row goes back to free and keeps its fence (see above) and
+ * its expiry (which tells the reaper when it may collect it). */
+static const char *PG_FREE =
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "WHERE name = ? AND owner_token = ? AND owner_thread = ?::int8 AND fence = ?::int8 "
+    "AND state = 1";
+static const char *MY_FREE =
+    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "WHERE name = ? AND owner_token = ? AND owner_thread = ? AND fence = ? AND state = 1";
 
 static int insert_acquire(dbl_op *op, int64_t wait_ms) {
-  dbl_param p[7];
+  dbl_param p[9];
   dbl_res r;
-  int rc, other;
+  int rc, other, n = 6;
   int my = op->drv->dialect == DBL_MY;
   const char *sql = op->sql(op, dbl_pick(op, PG_ACQUIRE, MY_ACQUIRE, LITE_ACQUIRE));
   (void)wait_ms;
@@ -110,9 +126,11 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
   p[2] = DBL_I64(op->pid);
   p[3] = DBL_I64(op->thread);
   p[4] = DBL_STR(op->token);
-  p[5] = DBL_I64(op->fence_base);
-  p[6] = DBL_I64(op->lease_ms * 1000);
-  if ((rc = op->drv->query(op->conn, sql, p, 7, &r, op->e)) != 0) return rc;
+  p[5] = DBL_I64(op->lease_ms * 1000);
+  /* the reentrant flag: three CASEs (PG, SQLite); MySQL tests "mine" and
+   * "mine, left behind" once each */
+  for (int i = 0; i < 3 - my; i++) p[n++] = DBL_I64(op->reentrant ? 1 : 0);
+  if ((rc = op->drv->query(op->conn, sql, p, n, &r, op->e)) != 0) return rc;
   if (my ? r.affected == 0 : r.nrows == 0) {
     dbl_res_clear(&r);
     /* Say "another strategy" rather than "busy" when that is the reason;
@@ -144,7 +162,7 @@ static int insert_release(dbl_op *op, int final) {
   int rc;
   const char *sql;
   if (!final) return dbl_lease_release_inner(op);
-  sql = op->sql(op, dbl_pick(op, PG_DELETE, MY_DELETE, MY_DELETE));
+  sql = op->sql(op, dbl_pick(op, PG_FREE, MY_FREE, MY_FREE));
   if (!sql) return dbl_err_set(op->e, DBLOCK_ENOMEM, "", 0, "out of memory");
   dbl_owner_params(op, p);
   if ((rc = op->drv->query(op->conn, sql, p, 4, &r, op->e)) != 0) return rc;

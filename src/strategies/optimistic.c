@@ -10,18 +10,24 @@
  * the hint is missing or stale the row is read first (and created, free,
  * if it does not exist).
  *
- * CAS parameters, in order: token, thread, fence base, host, pid, thread,
- * token, lease µs, name, version, token, thread.
+ * "Mine" (a reentrant hold: same fence, one more hold) is honoured only when
+ * the core knows of a live hold (reent = 1); a row this owner left behind
+ * (a release whose answer was lost, a handle declared lost) is taken over
+ * as a fresh grant with a fresh fence.
+ *
+ * CAS parameters, in order: (token, thread, reent) per "mine" test, host,
+ * pid, thread, token, lease µs, name, version, version, token, thread.
  */
+#include "fence.h"
 #include "lease.h"
 
 #define MINE_PG "(l.state = 1 AND l.expires_at > statement_timestamp() " \
-                "AND l.owner_token = ? AND l.owner_thread = ?::int8)"
+                "AND l.owner_token = ? AND l.owner_thread = ?::int8 AND ?::int4 = 1)"
 static const char *PG_CAS =
     "UPDATE ${schema}.${table} AS l SET "
     "hold_count = CASE WHEN " MINE_PG " THEN l.hold_count + 1 ELSE 1 END, "
     "fence = CASE WHEN " MINE_PG " THEN l.fence "
-    "  ELSE GREATEST(l.fence + 1, ?::int8 + nextval('${schema}.${table}_fence_seq')) END, "
+    "  ELSE GREATEST(l.fence + 1, " DBL_PG_NEXT_FENCE ") END, "
     "acquired_at = CASE WHEN " MINE_PG " THEN l.acquired_at ELSE statement_timestamp() END, "
     "strategy = 'optimistic', state = 1, version = l.version + 1, "
     "owner_host = ?, owner_pid = ?::int8, owner_thread = ?::int8, owner_token = ?, "
@@ -38,9 +44,9 @@ static const char *PG_CAS =
 static const char *MY_CAS =
     "UPDATE ${table} SET "
     "hold_count = IF((@dbl_m := (state = 1 AND expires_at > UTC_TIMESTAMP(6) "
-    "  AND owner_token = ? AND owner_thread = ?)), hold_count + 1, 1), "
+    "  AND owner_token = ? AND owner_thread = ? AND ? = 1)), hold_count + 1, 1), "
     "fence = LAST_INSERT_ID(IF(@dbl_m, fence, "
-    "  GREATEST(fence + 1, ? + NEXTVAL(${table}_fence_seq)))), "
+    "  GREATEST(fence + 1, " DBL_MY_NEXT_FENCE "))), "
     "acquired_at = IF(@dbl_m, acquired_at, UTC_TIMESTAMP(6)), "
     "strategy = 'optimistic', state = 1, version = version + 1, "
     "owner_host = ?, owner_pid = ?, owner_thread = ?, owner_token = ?, "
@@ -51,12 +57,12 @@ static const char *MY_CAS =
     "  OR (owner_token = ? AND owner_thread = ?))";
 
 #define MINE_LITE "(l.state = 1 AND l.expires_at > dblock_now_us() " \
-                  "AND l.owner_token = ? AND l.owner_thread = ?)"
+                  "AND l.owner_token = ? AND l.owner_thread = ? AND ? = 1)"
 static const char *LITE_CAS =
     "UPDATE ${table} AS l SET "
     "hold_count = CASE WHEN " MINE_LITE " THEN l.hold_count + 1 ELSE 1 END, "
     "fence = CASE WHEN " MINE_LITE " THEN l.fence "
-    "  ELSE MAX(l.fence + 1, ? + 0, dblock_now_us()) END, "
+    "  ELSE MAX(l.fence + 1, " DBL_LITE_NEXT_FENCE ") END, "
     "acquired_at = CASE WHEN " MINE_LITE " THEN l.acquired_at ELSE dblock_now_us() END, "
     "strategy = 'optimistic', state = 1, version = l.version + 1, "
     "owner_host = ?, owner_pid = ?, owner_thread = ?, owner_token = ?, "
@@ -116,14 +122,10 @@ static int cas(dbl_op *op, int64_t v) {
   const char *sql = op->sql(op, dbl_pick(op, PG_CAS, MY_CAS, LITE_CAS));
   if (!sql) return dbl_err_set(op->e, DBLOCK_ENOMEM, "", 0, "out of memory");
   /* "mine" appears three times in the PG / SQLite CASEs, once for MySQL. */
-  for (int i = 0; i < (my ? 1 : 2); i++) {
+  for (int i = 0; i < (my ? 1 : 3); i++) {
     p[n++] = DBL_STR(op->token);
     p[n++] = DBL_I64(op->thread);
-  }
-  p[n++] = DBL_I64(op->fence_base);
-  if (!my) {
-    p[n++] = DBL_STR(op->token);
-    p[n++] = DBL_I64(op->thread);
+    p[n++] = DBL_I64(op->reentrant ? 1 : 0);
   }
   p[n++] = DBL_STR(op->host);
   p[n++] = DBL_I64(op->pid);

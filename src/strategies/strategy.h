@@ -24,7 +24,6 @@ typedef struct dbl_grant {
 typedef struct dbl_op {
   const dbl_driver *drv;
   dbl_conn *conn;
-  int64_t fence_base; /* add to the sequence value: server epoch << 40 */
   int64_t clock_offset_us; /* server clock minus local clock, at connect */
   /* ${table}/${schema}-expanded SQL for a template (cached, never NULL
    * unless out of memory). */

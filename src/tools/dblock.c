@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -138,7 +140,16 @@ static int open_client(dblock_client **cl, args *a) {
   o.strategy = a->strategy;
   o.table = a->table;
   o.on_lost = on_lost;
-  if (a->cmd && strcmp(a->cmd->name, "run") == 0) o.lease_ms = a->lease_ms;
+  if (a->cmd && strcmp(a->cmd->name, "run") == 0) {
+    int64_t lease = a->lease_ms ? a->lease_ms : 30000, margin = lease / 20;
+    o.lease_ms = a->lease_ms;
+    /* run declares the lock lost early enough for a command that ignores
+     * SIGTERM to be SIGKILLed (--kill-after later) before the lease ends,
+     * when the lease leaves room for that (the library caps it at half). */
+    if (margin < 100) margin = 100;
+    if (margin < a->kill_after_ms + 250) margin = a->kill_after_ms + 250;
+    o.loss_margin_ms = margin;
+  }
   if ((rc = dblock_client_open(cl, url, &o)) != 0) return report(a, "cannot open the database", NULL, rc);
   return 0;
 }
@@ -324,25 +335,113 @@ static int cmd_release(args *a) {
 static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define NFORWARDED (sizeof FORWARDED / sizeof FORWARDED[0])
 
-/* The child's pid once it runs (0 before and after). A signal that
- * arrives before (or races with) its start is kept in g_pending, one bit
- * per signal number, and sent on by the wait loop. Signal handlers may run
- * in any thread, including the library's, so both are atomics. */
-static atomic_int g_child;
+/* The command's process group once it runs (0 before and after). A
+ * signal that arrives before (or races with) its start is kept in
+ * g_pending, one bit per signal number, and sent on by the wait loop.
+ * Signal handlers may run in any thread, including the library's, so both
+ * are atomics. Signals go to the whole group: a pipeline `a | b` run by a
+ * shell is stopped as a whole. */
+static atomic_int g_group;
 static atomic_uint g_pending;
 
 static void forward_signal(int sig) {
   int saved = errno;
-  pid_t pid = (pid_t)atomic_load(&g_child);
-  if (pid > 0) kill(pid, sig);
+  pid_t pg = (pid_t)atomic_load(&g_group);
+  if (pg > 0) kill(-pg, sig);
   else atomic_fetch_or(&g_pending, 1u << sig);
   errno = saved;
 }
 
-static void forward_pending(pid_t pid) {
+static void forward_pending(pid_t pg) {
   unsigned bits = atomic_exchange(&g_pending, 0);
   for (int sig = 1; bits && sig < 32; sig++)
-    if (bits & (1u << sig)) kill(pid, sig);
+    if (bits & (1u << sig)) kill(-pg, sig);
+}
+
+/* Starts the guardian: a small process that leads the command's own
+ * process group and holds the read end of a pipe whose only write end is
+ * ours (close-on-exec, so the command never has it). When dblock dies for
+ * any reason — SIGKILL, the OOM killer — the pipe reads end-of-file and the
+ * guardian SIGKILLs the whole group, itself included: no part of the
+ * command outlives its supervisor (and its lock). It ignores the signals
+ * dblock forwards to the group. Returns its pid (= the group id) and the
+ * write end in *wfd, or -1 with errno set. */
+static pid_t start_guardian(int *wfd) {
+  int p[2];
+  pid_t g;
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  g = fork();
+  if (g == 0) {
+    /* A fork of a threaded process: async-signal-safe calls only. */
+    struct sigaction ign;
+    char b;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    setpgid(0, 0);
+    for (size_t i = 0; i < NFORWARDED; i++) sigaction(FORWARDED[i], &ign, NULL);
+    /* Keep nothing but the pipe: no database socket, no terminal. */
+    if (dup2(p[0], 0) < 0) _exit(1);
+    if (syscall(SYS_close_range, 1u, ~0u, 0u) != 0)
+      for (int fd = 1; fd < 1024; fd++) close(fd);
+    while (read(0, &b, 1) < 0 && errno == EINTR) {
+    }
+    kill(0, SIGKILL);
+    _exit(0);
+  }
+  close(p[0]);
+  if (g < 0) {
+    close(p[1]);
+    return -1;
+  }
+  setpgid(g, g); /* also here, so the group exists before the spawn */
+  *wfd = p[1];
+  return g;
+}
+
+/* Gives the terminal to process group pg when dblock runs in the
+ * terminal's foreground (so an interactive command reads it and gets ^C
+ * itself), or back to dblock's own group (pg = 0). While the command has
+ * it, dblock ignores SIGTTOU, so a message it writes (with `stty tostop`)
+ * never stops it. Returns 1 if it moved the terminal (either way). */
+static int hand_terminal(pid_t pg) {
+  static int moved;
+  static struct sigaction old_ttou;
+  struct sigaction ign;
+  sigset_t ttou, old;
+  if (pg > 0 && (!isatty(STDIN_FILENO) || tcgetpgrp(STDIN_FILENO) != getpgrp())) return moved = 0;
+  if (pg == 0 && !moved) return 0;
+  /* A background group changing the terminal's group gets SIGTTOU. */
+  sigemptyset(&ttou);
+  sigaddset(&ttou, SIGTTOU);
+  pthread_sigmask(SIG_BLOCK, &ttou, &old);
+  if (tcsetpgrp(STDIN_FILENO, pg > 0 ? pg : getpgrp()) == 0) {
+    if (pg > 0 && !moved) {
+      memset(&ign, 0, sizeof ign);
+      ign.sa_handler = SIG_IGN;
+      sigaction(SIGTTOU, &ign, &old_ttou);
+    } else if (pg == 0) {
+      sigaction(SIGTTOU, &old_ttou, NULL);
+    }
+    moved = pg > 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return 1;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return 0;
+}
+
+/* Job control for an interactive command (^Z): when it stops, dblock takes
+ * the terminal back and stops too, so the shell sees its job stopped; when
+ * the shell continues dblock (fg, bg), the command is continued (with the
+ * terminal again for fg). The lock stays held and renewed meanwhile. */
+static void follow_stop(pid_t pid, pid_t group) {
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  if (waitid(P_PID, (id_t)pid, &si, WSTOPPED | WNOHANG) != 0 || si.si_pid != pid) return;
+  if (!hand_terminal(0)) return; /* not interactive: a stop is someone's choice */
+  kill(getpid(), SIGSTOP);
+  hand_terminal(group);
+  kill(-group, SIGCONT);
 }
 
 static int64_t mono_ms(void) {
@@ -387,9 +486,9 @@ static int cmd_run(args *a) {
   sigset_t fwd, old;
   struct sigaction sa, saved[NFORWARDED];
   posix_spawnattr_t attr;
-  pid_t pid;
+  pid_t pid, group;
   siginfo_t si;
-  int rc, status = 0, lost = 0, killed = 0, code;
+  int rc, status = 0, lost = 0, killed = 0, code, guard_fd = -1;
   int64_t kill_at = 0;
 
   if (a->npos < 1) return usage_error(a, "missing lock NAME");
@@ -426,16 +525,35 @@ static int cmd_run(args *a) {
   }
 
   env = child_env(name, dblock_lock_fence(l));
+  if ((group = start_guardian(&guard_fd)) < 0) {
+    fprintf(stderr, "%s: run: cannot start the process-group guardian: %s\n", PROG,
+            strerror(errno));
+    for (size_t i = 0; i < NFORWARDED; i++) sigaction(FORWARDED[i], &saved[i], NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (env) {
+      for (char **e = env; *e; e++)
+        if (strncmp(*e, "DBLOCK_NAME=", 12) == 0 || strncmp(*e, "DBLOCK_FENCE=", 13) == 0) free(*e);
+      free(env);
+    }
+    dblock_lock_release(l);
+    dblock_client_free(cl);
+    return 126;
+  }
   posix_spawnattr_init(&attr);
   {
     sigset_t def;
     sigemptyset(&def);
     for (size_t i = 0; i < NFORWARDED; i++)
       if (saved[i].sa_handler != SIG_IGN) sigaddset(&def, FORWARDED[i]);
+    sigaddset(&def, SIGTTOU); /* (dblock may ignore it: the command must not) */
     posix_spawnattr_setsigdefault(&attr, &def);
     posix_spawnattr_setsigmask(&attr, &old);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    /* The command runs in the guardian's process group (see above). */
+    posix_spawnattr_setpgroup(&attr, group);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK |
+                                        POSIX_SPAWN_SETPGROUP);
   }
+  hand_terminal(group);
   rc = env ? posix_spawnp(&pid, a->child[0], NULL, &attr, a->child, env) : ENOMEM;
   posix_spawnattr_destroy(&attr);
   if (env) {
@@ -445,39 +563,54 @@ static int cmd_run(args *a) {
   }
   if (rc != 0) {
     fprintf(stderr, "%s: run: cannot run '%s': %s\n", PROG, a->child[0], strerror(rc));
+    hand_terminal(0);
+    kill(-group, SIGKILL);
+    close(guard_fd);
+    while (waitpid(group, NULL, 0) < 0 && errno == EINTR) {
+    }
+    for (size_t i = 0; i < NFORWARDED; i++) sigaction(FORWARDED[i], &saved[i], NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     dblock_lock_release(l);
     dblock_client_free(cl);
     return rc == ENOENT ? 127 : 126;
   }
-  atomic_store(&g_child, pid);
+  atomic_store(&g_group, group);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
 
   /* Wait for the child without reaping it (WNOWAIT), so a forwarded signal
    * can never hit a recycled pid; watch for a lost lock meanwhile. */
   for (;;) {
     int w;
-    forward_pending(pid);
+    forward_pending(group);
+    follow_stop(pid, group);
     memset(&si, 0, sizeof si);
     w = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT);
     if (w == 0 && si.si_pid == pid) break;
     if (w < 0 && errno != EINTR) break;
     if (!lost && (atomic_load(&g_lost) || dblock_lock_is_lost(l))) {
       lost = 1;
-      fprintf(stderr, "%s: run: lock '%s' was lost; sending SIGTERM to pid %ld\n", PROG, name,
-              (long)pid);
-      kill(pid, SIGTERM);
+      kill(-group, SIGTERM); /* (before any message: act first) */
+      fprintf(stderr, "%s: run: lock '%s' was lost; sent SIGTERM to process group %ld\n",
+              PROG, name, (long)group);
       kill_at = mono_ms() + a->kill_after_ms;
     }
     if (lost && !killed && mono_ms() >= kill_at) {
-      fprintf(stderr, "%s: run: pid %ld still running after %lld ms; sending SIGKILL\n", PROG,
-              (long)pid, (long long)a->kill_after_ms);
-      kill(pid, SIGKILL);
+      kill(-group, SIGKILL);
+      fprintf(stderr, "%s: run: pid %ld still running after %lld ms; sent SIGKILL to its group\n",
+              PROG, (long)pid, (long long)a->kill_after_ms);
       killed = 1;
     }
     nap_ms(50);
   }
-  atomic_store(&g_child, 0);
+  atomic_store(&g_group, 0);
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  /* The command is done: what it left running in its group (background
+   * jobs) must not go on outside the lock, and the guardian's work is over. */
+  hand_terminal(0);
+  kill(-group, SIGKILL);
+  close(guard_fd);
+  while (waitpid(group, NULL, 0) < 0 && errno == EINTR) {
   }
   /* The child is gone: signals act on us again as before (e.g. SIGTERM
    * during the release ends dblock; the lease then runs out). */

@@ -1,0 +1,46 @@
+/*
+ * fence.h — the SQL expression that draws a new fencing token, per dialect,
+ * shared by the strategies and by force-unlock.
+ *
+ * PostgreSQL / MariaDB: epoch << 40 | sequence value. A sequence value is
+ * not durable by itself (BACKENDS.md: after a crash it can be handed out
+ * again), so the epoch comes from ${table}_alive, a table the server empties
+ * whenever it may have lost unflushed state: PostgreSQL UNLOGGED (emptied by
+ * crash recovery — also the reinitialization after one backend crashed,
+ * which keeps the postmaster — and empty on a promoted standby), MariaDB
+ * ENGINE=MEMORY (empty after every restart). It is read inside every
+ * granting statement, so no connection (nor a pooler's) can carry a stale
+ * epoch across a restart. When it is empty the expression fails
+ * (PostgreSQL: 42704 naming dblock.no_epoch; MariaDB: 21000, a scalar
+ * subquery with two rows, evaluated only then); the core then bumps the durable epoch (committed, flushed) and
+ * refills the table before asking again (DBL_NO_EPOCH, client.c).
+ *
+ * SQLite: the row named '' keeps the highest fence ever issued in the file
+ * (triggers, migration 0003) and the next one is above it and above this
+ * host's clock in µs, so a fence never follows a clock that steps back.
+ */
+#ifndef DBLOCK_FENCE_H
+#define DBLOCK_FENCE_H
+
+/* (PostgreSQL: the failure is a lookup of an unset setting, evaluated only
+ * when COALESCE needs it. An uncorrelated subquery would not do: it is an
+ * InitPlan, which PostgreSQL evaluates eagerly when an UPDATE re-checks a
+ * row that a concurrent transaction changed — EvalPlanQual.) */
+#define DBL_PG_NEXT_FENCE                                                        \
+  "(COALESCE((SELECT epoch FROM ${schema}.${table}_alive WHERE id = 1), "        \
+  "current_setting('dblock.no_epoch')::int8) << 40) "                            \
+  "+ nextval('${schema}.${table}_fence_seq')"
+#define DBL_MY_NEXT_FENCE                                                        \
+  "(COALESCE((SELECT epoch FROM ${table}_alive WHERE id = 1), "                  \
+  "(SELECT 1 FROM (SELECT 1 UNION ALL SELECT 2) AS dbl_no_epoch)) << 40) "       \
+  "+ NEXTVAL(${table}_fence_seq)"
+#define DBL_LITE_NEXT_FENCE \
+  "MAX((SELECT fence FROM ${table} WHERE name = '') + 1, dblock_now_us())"
+
+/* How a granting statement that found no vouched epoch fails: PostgreSQL
+ * SQLSTATE 42704 with this name in the message, MariaDB SQLSTATE 21000. */
+#define DBL_NO_EPOCH_PG "42704"
+#define DBL_NO_EPOCH_PG_NAME "dblock.no_epoch"
+#define DBL_NO_EPOCH_MY "21000"
+
+#endif
