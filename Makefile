@@ -44,7 +44,7 @@ ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
 LIB_SRC   := src/core/client.c src/core/error.c src/core/url.c src/core/lock.c \
              src/core/watchdog.c src/core/admin.c src/core/migrate.c \
-             src/drivers/driver.c src/drivers/pg.c src/drivers/mysql.c src/drivers/sqlite.c \
+             src/drivers/driver.c src/drivers/topology.c src/drivers/pg.c src/drivers/mysql.c src/drivers/sqlite.c \
              src/strategies/lease.c src/strategies/insert.c src/strategies/for_update.c \
              src/strategies/optimistic.c
 LIB_OBJ   := $(patsubst src/%.c,$(B)/obj/%.o,$(LIB_SRC)) $(B)/obj/migrations.o

@@ -106,7 +106,13 @@ typedef struct dblock_client dblock_client;
 typedef void (*dblock_lost_fn)(const char *name, int64_t fence, int reason,
                                void *arg);
 
-#define DBLOCK_OPTIONS_VERSION 2
+/* The log hook (dblock_options.log): level is DBLOCK_LOG_WARNING (the
+ * only level so far); msg is one line without a newline, valid during the
+ * call. Called from the thread that opened the client. */
+#define DBLOCK_LOG_WARNING 1
+typedef void (*dblock_log_fn)(int level, const char *msg, void *arg);
+
+#define DBLOCK_OPTIONS_VERSION 3
 
 /* Client options. Zero means "default" for every field, so
  * `dblock_options o = DBLOCK_OPTIONS_INIT;` and setting what you need is the
@@ -140,6 +146,18 @@ typedef struct dblock_options {
                                  renewed by then is declared lost; 0 = the
                                  default, min(lease/2, max(100, lease/20))
                                  (capped at lease/2 when set) */
+  /* ---- version 3 ---- */
+  int read_only;              /* 1: this client only reads (inspect, list,
+                                 status, migration status). It opens on a
+                                 read-only replica and on a Galera node
+                                 whatever the strategy; acquire, force-unlock,
+                                 reap and migrate fail with DBLOCK_EPERM
+                                 without touching the database. */
+  dblock_log_fn log;          /* warnings, such as a topology that can lose
+                                 granted locks on failover (told once per
+                                 client, at open); NULL: printed to stderr
+                                 as "dblock: warning: ..." */
+  void *log_arg;
 } dblock_options;
 
 #define DBLOCK_OPTIONS_INIT {.version = DBLOCK_OPTIONS_VERSION}

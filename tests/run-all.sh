@@ -1,7 +1,8 @@
 #!/bin/sh
 # The whole test command (`make check`): builds the normal, ASan+UBSan and
 # TSan trees, starts private PostgreSQL and MariaDB servers, runs every
-# cmocka suite in each tree against SQLite, PostgreSQL and MariaDB (and the
+# cmocka suite in each tree against SQLite, PostgreSQL and MariaDB (the
+# replicated-topology suite in the normal tree only, and the
 # unit suite under valgrind), stops the servers, and ends with
 # "N passed, N failed".
 set -u

@@ -41,6 +41,8 @@ for tree in build build-asan build-tsan; do
     [ -x "$t" ] || continue
     case "$t" in *.c|*.o) continue ;; esac
     name=$(basename "$t")
+    # Replicated topologies: their own servers, normal tree only (below).
+    [ "$name" = test_topology ] && continue
     if [ -n "${DBLOCK_TEST_ONLY:-}" ] && [ "$name" != "$DBLOCK_TEST_ONLY" ]; then continue; fi
     # The sanitizer trees run a lighter contention load (same checks).
     export DBLOCK_TEST_TREE="$tree"
@@ -48,6 +50,11 @@ for tree in build build-asan build-tsan; do
     run_suite "$tree/$name" "$t"
   done
 done
+if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = test_topology ]; then
+  # A PostgreSQL primary + synchronous standby and a 3-node Galera cluster,
+  # started and stopped by with-topology.sh; heavy, so the normal tree only.
+  run_suite "build/test_topology" tests/with-topology.sh build/test_topology
+fi
 if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = bench ]; then
   # The benchmark in its quick mode, so it never rots (figures: make bench).
   DBLOCK_BENCH_JSON=build/bench-quick.json run_suite "bench/run.sh --quick" sh bench/run.sh --quick

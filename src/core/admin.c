@@ -289,6 +289,7 @@ int dblock_force_unlock(dblock_client *cl, const char *name, int64_t *new_fence)
   dblock_lock_info info;
   int rc;
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
+  if (cl->opts.read_only) return dbl_read_only(cl);
   if ((rc = dblock_lock_inspect(&info, cl, name)) != 0) return rc;
   memset(&e, 0, sizeof e);
   if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
@@ -344,6 +345,7 @@ int dblock_release_grant(dblock_client *cl, const char *name, const char *owner_
   dbl_param p[4];
   int rc;
   if (!cl || !owner_token) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
+  if (cl->opts.read_only) return dbl_read_only(cl);
   if ((rc = dbl_check_name(cl, name)) != 0) return rc;
   memset(&e, 0, sizeof e);
   if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
@@ -402,6 +404,7 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
   if (grace_ms < 0 || batch < 0)
     return dbl_failf(cl, DBLOCK_EINVAL, "grace and batch must not be negative");
+  if (cl->opts.read_only) return dbl_read_only(cl);
   if (batch == 0) batch = 1000;
   memset(&e, 0, sizeof e);
   if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);

@@ -3,6 +3,7 @@
  * identity, the server epoch used in fencing tokens, and SQL templates.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,7 +177,8 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
 }
 
 /* ---- Connection setup and the fencing epoch -----------------------------
- * A fencing token is epoch << 40 | sequence value, drawn inside each
+ * A fencing token is epoch << 40 | sequence value (on MariaDB the
+ * sequence value alone, the epoch being a jump of the sequence), drawn inside each
  * granting statement (strategies/fence.h): the epoch is read there from
  * ${table}_alive, which the server empties whenever it may have lost
  * unflushed state. When a grant finds it empty (dbl_no_epoch), the core
@@ -192,16 +194,49 @@ static const char *PG_VOUCH =
     "INSERT INTO ${schema}.${table}_alive (id, epoch) "
     "SELECT 1, fence FROM ${schema}.${table} WHERE name = '' "
     "ON CONFLICT (id) DO UPDATE SET epoch = GREATEST(${table}_alive.epoch, excluded.epoch)";
-static const char *MY_BUMP =
-    "START TRANSACTION; UPDATE ${table} SET fence = fence + 1 WHERE name = '' "
-    "AND NOT EXISTS (SELECT 1 FROM ${table}_alive); COMMIT";
-/* (MEMORY is not transactional: the epoch must be committed first, so a
+/* MariaDB: the fence is the sequence value alone, and a bump moves the
+ * sequence itself to the next 2^40 block (SETVAL). Galera replicates the
+ * sequence (NOCACHE there) but not ${table}_alive (MEMORY, per node): a
+ * per-node epoch in the token would let a node that vouched earlier hand
+ * out tokens below those of a node that bumped later, while a shared
+ * sequence that only moves forward orders every node's tokens. */
+static const char *MY_EPOCH =
+    "SELECT (SELECT fence FROM ${table} WHERE name = ''), NEXTVAL(${table}_fence_seq), "
+    "EXISTS (SELECT 1 FROM ${table}_alive)";
+/* (MEMORY is not transactional: the jump must be flushed first, so a
  * failure in between leaves the table empty and the next grant bumps again.
  * The COMMIT ends the read on a lock connection, which runs without
  * autocommit.) */
 static const char *MY_VOUCH =
     "INSERT INTO ${table}_alive (id, epoch) SELECT 1, fence FROM ${table} WHERE name = '' "
     "ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch)); COMMIT";
+
+/* MariaDB's bump: E = one above both the durable epoch and the sequence's
+ * block; the sequence jumps to E << 40 and the '' row records E in a
+ * committed (flushed, with innodb_flush_log_at_trx_commit = 1) transaction,
+ * whose flush also covers the jump logged before it. */
+static int my_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
+  dbl_res r;
+  char sql[256];
+  int64_t epoch;
+  int rc, vouched;
+  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, MY_EPOCH), NULL, 0, &r, e)) != 0) return rc;
+  epoch = dbl_res_i64(&r, 0, 0);
+  if ((dbl_res_i64(&r, 0, 1) >> 40) > epoch) epoch = dbl_res_i64(&r, 0, 1) >> 40;
+  epoch++;
+  vouched = dbl_res_i64(&r, 0, 2) != 0;
+  dbl_res_clear(&r);
+  if (vouched) return cl->drv->script(pc->c, "COMMIT", e); /* another session did it */
+  /* A literal: SETVAL takes no expression (table names are [a-z0-9_]). */
+  snprintf(sql, sizeof sql, "SELECT SETVAL(%s_fence_seq, %lld)", cl->table,
+           (long long)(epoch << 40));
+  if ((rc = cl->drv->script(pc->c, sql, e)) != 0) return rc;
+  snprintf(sql, sizeof sql,
+           "START TRANSACTION; UPDATE %s SET fence = GREATEST(fence, %lld) WHERE name = ''; "
+           "COMMIT",
+           cl->table, (long long)epoch);
+  return cl->drv->script(pc->c, sql, e);
+}
 
 int dbl_no_epoch(const dbl_err *e) {
   if (e->code != DBLOCK_EDB) return 0;
@@ -212,7 +247,7 @@ int dbl_no_epoch(const dbl_err *e) {
 int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
   int rc, pg = cl->drv->dialect == DBL_PG;
   if (cl->drv->dialect == DBL_LITE) return 0;
-  if ((rc = cl->drv->script(pc->c, dbl_sql(cl, pg ? PG_BUMP : MY_BUMP), e)) != 0) {
+  if ((rc = pg ? cl->drv->script(pc->c, dbl_sql(cl, PG_BUMP), e) : my_bump(cl, pc, e)) != 0) {
     dbl_err scratch;
     if (!cl->drv->broken(pc->c)) cl->drv->rollback(pc->c, &scratch);
     return rc;
@@ -226,10 +261,43 @@ int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
 static const char *MY_NOW =
     "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))";
 
+/* The topology guard (DESIGN §10): may this client use a connection to a
+ * server in state t? Judged from the server's own state, whatever the
+ * user's privileges; a read_only client may use any server. */
+static int guard(const dblock_client *cl, const dbl_topology *t, dbl_err *e) {
+  if (cl->opts.read_only) return 0;
+  if (t->read_only)
+    return dbl_err_set(e, DBLOCK_EREPLICA, "25006", 0,
+                       "connected to a read-only server (a standby or replica): locks need "
+                       "the primary. List every server in the URL "
+                       "(%s://user@host1:port1,host2:port2/db): dblock connects to the one "
+                       "that takes writes. Inspecting locks on a replica needs a read-only "
+                       "client (dblock_options.read_only; the inspect, list and status "
+                       "commands)",
+                       cl->drv->name);
+  if (t->galera && !t->galera_ready)
+    return dbl_err_set(e, DBLOCK_ECONN, "08S01", 1047,
+                       "this Galera node is not synced in the primary component (no quorum, "
+                       "or still joining): list other nodes in the URL");
+  if (t->galera && cl->strat->node_local)
+    return dbl_err_set(e, DBLOCK_EUNSUPPORTED, "", 0,
+                       "the %s strategy cannot work on a Galera cluster: its row locks are "
+                       "held by one node only, so another node grants the same name at once "
+                       "and the conflict appears only at COMMIT, after both critical "
+                       "sections ran. Use the insert or optimistic strategy (safe on Galera)",
+                       cl->strat->name);
+  return 0;
+}
+
 static int conn_init(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
   dbl_res r;
   struct timespec ts;
+  dbl_topology t;
   int rc;
+  if (cl->drv->probe && !cl->opts.read_only) {
+    if ((rc = cl->drv->probe(pc->c, &t, 0, e)) != 0) return rc;
+    if ((rc = guard(cl, &t, e)) != 0) return rc;
+  }
   if (cl->drv->dialect == DBL_MY) {
     if ((rc = cl->drv->query(pc->c, MY_NOW, NULL, 0, &r, e))) return rc;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -470,8 +538,9 @@ static int fill_options(dblock_client *cl, const dblock_options *o) {
       return dbl_failf(cl, DBLOCK_EINVAL,
                        "dblock_options.version is %u; this library knows 1..%d",
                        o->version, DBLOCK_OPTIONS_VERSION);
-    /* A version 1 caller's struct ends before the version 2 fields. */
+    /* An older caller's struct ends before the fields of later versions. */
     if (o->version == 1) memcpy(&d, o, offsetof(dblock_options, call_timeout_ms));
+    else if (o->version == 2) memcpy(&d, o, offsetof(dblock_options, read_only));
     else d = *o;
   }
   if (d.strategy == DBLOCK_STRATEGY_DEFAULT) d.strategy = DBLOCK_STRATEGY_INSERT;
@@ -507,6 +576,53 @@ static int fill_options(dblock_client *cl, const dblock_options *o) {
   d.table = NULL;
   d.owner_host = NULL;
   cl->opts = d;
+  return 0;
+}
+
+int dbl_read_only(dblock_client *cl) {
+  return dbl_failf(cl, DBLOCK_EPERM,
+                   "this client was opened read-only (dblock_options.read_only): it inspects "
+                   "locks but takes, releases and changes none");
+}
+
+/* Tells the log hook (or stderr) one warning. */
+void dbl_warn(dblock_client *cl, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (cl->opts.log) cl->opts.log(DBLOCK_LOG_WARNING, msg, cl->opts.log_arg);
+  else fprintf(stderr, "dblock: warning: %s\n", msg);
+}
+
+struct open_cut { const dbl_driver *drv; dbl_pconn *pc; };
+static void cut_pconn(void *arg) {
+  struct open_cut *k = arg;
+  k->pc->interrupted = 1;
+  k->drv->interrupt(k->pc->c);
+}
+
+/* The check at open: the full probe (under its own time limit: the
+ * watchdog is not running yet), the guard, and a warning for every way the
+ * topology can lose a granted lock (dbl_topology_risks). */
+static int open_check(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
+  dbl_topology t;
+  dbl_timer tm;
+  struct open_cut k = {cl->drv, pc};
+  char risks[4][320];
+  int rc, n;
+  if (!cl->drv->probe) return 0;
+  dbl_timer_start(&tm, cl->opts.call_timeout_ms, cut_pconn, &k);
+  rc = cl->drv->probe(pc->c, &t, 1, e);
+  if (dbl_timer_stop(&tm) && rc == 0)
+    rc = dbl_err_set(e, DBLOCK_ECONN, "08006", 0, "no answer from the server in time");
+  if (rc) return rc;
+  if ((rc = guard(cl, &t, e)) != 0) return rc;
+  if (!cl->opts.read_only) {
+    n = dbl_topology_risks(&t, risks, 4);
+    for (int i = 0; i < n; i++) dbl_warn(cl, "%s", risks[i]);
+  }
   return 0;
 }
 
@@ -567,9 +683,15 @@ int dblock_client_open(dblock_client **out, const char *url,
   cl->pid = (int64_t)getpid();
   make_token(cl->token);
   memset(&e, 0, sizeof e);
-  /* Connect once now so a bad URL or password fails here (the lock table
-   * need not exist yet: dblock_migrate creates it). */
+  /* Connect once now so a bad URL or password, a replica or a topology
+   * the strategy cannot work on fails here (the lock table need not exist
+   * yet: dblock_migrate creates it). */
   if ((rc = pool_open(cl, &pc, 0, &e)) != 0) {
+    rc = dbl_fail(cl, &e);
+    goto err;
+  }
+  if ((rc = open_check(cl, pc, &e)) != 0) {
+    dbl_pool_discard(cl, pc);
     rc = dbl_fail(cl, &e);
     goto err;
   }

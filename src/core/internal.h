@@ -111,6 +111,12 @@ struct dblock_client {
   dblock_error_info last;
 };
 
+/* The refusal of a write by a read_only client (DBLOCK_EPERM). */
+int dbl_read_only(dblock_client *cl);
+
+/* Tells the client's log hook (default: stderr) one warning. */
+void dbl_warn(dblock_client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Records err as the client's and the thread's last error; returns code. */
 int dbl_fail(dblock_client *cl, const dbl_err *e);
 /* Same, from a code and a message. */

@@ -184,6 +184,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
 
   if (!out || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
   *out = NULL;
+  if (cl->opts.read_only) return dbl_read_only(cl);
   if ((rc = dbl_check_name(cl, name)) != 0) return rc;
   if (lease_ms < 0) return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms is negative");
   if (lease_ms > 0 && lease_ms < 100)

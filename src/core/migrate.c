@@ -39,8 +39,11 @@ static const char *LITE_LIST =
 
 static const char *PG_RECORD =
     "INSERT INTO ${schema}.${table}_migrations (version, name, checksum) VALUES (?::int4, ?, ?)";
+/* (IGNORE: on Galera GET_LOCK is per node, so two migrators on two nodes
+ * can both apply a migration — harmless, see restartable — and both record
+ * it.) */
 static const char *MY_RECORD =
-    "INSERT INTO ${table}_migrations (version, name, checksum) VALUES (?, ?, ?)";
+    "INSERT IGNORE INTO ${table}_migrations (version, name, checksum) VALUES (?, ?, ?)";
 static const char *LITE_RECORD =
     "INSERT INTO ${table}_migrations (version, name, checksum, applied_at) "
     "VALUES (?, ?, ?, dblock_now_us())";
@@ -48,6 +51,48 @@ static const char *LITE_RECORD =
 static const char *pick(const dblock_client *cl, const char *pg, const char *my,
                         const char *lite) {
   return cl->drv->dialect == DBL_PG ? pg : cl->drv->dialect == DBL_MY ? my : lite;
+}
+
+/* Returns a malloc'd copy of s with every `from` replaced by `to`. */
+static char *replace_all(const char *s, const char *from, const char *to) {
+  size_t fl = strlen(from), tl = strlen(to), n = 0;
+  char *out, *o;
+  for (const char *p = strstr(s, from); p; p = strstr(p + fl, from)) n++;
+  if (!(out = malloc(strlen(s) + n * (tl > fl ? tl - fl : 0) + 1))) return NULL;
+  o = out;
+  for (const char *p; (p = strstr(s, from)) != NULL; s = p + fl) {
+    memcpy(o, s, (size_t)(p - s));
+    o += p - s;
+    memcpy(o, to, tl);
+    o += tl;
+  }
+  strcpy(o, s);
+  return out;
+}
+
+/* MariaDB runs DDL outside transactions, one statement at a time (and on
+ * Galera replicates each on its own): a migration that fails part-way
+ * leaves what it did. So each statement is made a no-op when its work is
+ * already there — a rerun completes the migration — and on Galera
+ * sequences get NOCACHE (a cached sequence is refused there, 1235). The
+ * checksum stays the shipped file's. Returns a malloc'd script or NULL. */
+static char *my_restartable(const char *sql, int galera) {
+  static const char *rules[][2] = {
+      {"CREATE TABLE ", "CREATE TABLE IF NOT EXISTS "},
+      {"CREATE SEQUENCE ", "CREATE SEQUENCE IF NOT EXISTS "},
+      {"_fence_seq;", "_fence_seq NOCACHE;"}, /* Galera only: the last rule */
+      {"INSERT INTO ", "INSERT IGNORE INTO "},
+      {"ADD COLUMN ", "ADD COLUMN IF NOT EXISTS "},
+  };
+  char *cur = strdup(sql);
+  for (size_t i = 0; cur && i < sizeof rules / sizeof rules[0]; i++) {
+    char *next;
+    if (i == 2 && !galera) continue;
+    next = replace_all(cur, rules[i][0], rules[i][1]);
+    free(cur);
+    cur = next;
+  }
+  return cur;
 }
 
 /* FNV-1a 64 of the file as shipped, as 16 hex digits. */
@@ -144,14 +189,24 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
   applied *done = NULL;
   int ndone = 0, rc, count = 0;
   char sum[17];
+  dbl_topology topo;
   if (applied_now) *applied_now = 0;
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
+  if (cl->opts.read_only) return dbl_read_only(cl);
   memset(&e, 0, sizeof e);
   /* Before the lock table exists there is no epoch to load. */
   if ((rc = dbl_pool_take(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
   /* Migrating may wait for another migrator (up to 120 s) and for DDL locks
    * behind lock transactions: its own, longer bound. */
   dbl_call_bound(cl, pc, dbl_mono_ms() + MIGRATE_BOUND_MS);
+  /* Never on a replica, whatever the user's privileges. */
+  memset(&topo, 0, sizeof topo);
+  if (cl->drv->probe && ((rc = cl->drv->probe(pc->c, &topo, 0, &e)) != 0 ||
+                         (rc = topo.read_only ? dbl_err_set(&e, DBLOCK_EREPLICA, "25006", 0,
+                                                            "connected to a read-only server: "
+                                                            "migrate on the primary")
+                                              : 0) != 0))
+    goto out;
   /* DDL and the migration lock may wait (for another migrator). */
   if ((rc = cl->drv->set_lock_wait(pc->c, -1, &e)) != 0) goto out;
   if ((rc = lock_migrations(cl, pc->c, &e)) != 0) goto out;
@@ -175,7 +230,18 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
       }
       continue;
     }
-    if ((rc = cl->drv->script(pc->c, dbl_sql(cl, m->sql), &e)) != 0) goto out;
+    if (cl->drv->dialect == DBL_MY) {
+      char *sql = my_restartable(dbl_sql(cl, m->sql), topo.galera);
+      if (!sql) {
+        rc = dbl_err_set(&e, DBLOCK_ENOMEM, "", 0, "out of memory");
+        goto out;
+      }
+      rc = cl->drv->script(pc->c, sql, &e);
+      free(sql);
+    } else {
+      rc = cl->drv->script(pc->c, dbl_sql(cl, m->sql), &e);
+    }
+    if (rc != 0) goto out;
     p[0] = DBL_I64(m->version);
     p[1] = DBL_STR(m->name);
     p[2] = DBL_STR(sum);

@@ -1,6 +1,6 @@
 /*
  * url.c — DESIGN §2 URL grammar:
- *   scheme://[user[:password]@][host][:port][/database][?key=value&...]
+ *   scheme://[user[:password]@][host][:port][,host[:port]...][/database][?key=value&...]
  *   sqlite:///absolute/path.db  sqlite://relative/path.db
  * plus, for PostgreSQL, any libpq "key=value ..." connection string.
  */
@@ -129,6 +129,53 @@ static int parse_query(dbl_url *u, const char *q, char *why, size_t n) {
 }
 
 /* Parses the authority and path of a server URL (after "scheme://"). */
+/* Parses one host[:port] item [p, end) of a host list into the next slot
+ * of u->hosts / u->ports (port 0: absent). An empty host is allowed when a
+ * port follows (":5433", libpq's default host). */
+static int parse_host(dbl_url *u, const char *p, const char *end, char *why, size_t n) {
+  const char *hend = end, *colon = NULL;
+  char *host = NULL;
+  int bad = 0;
+  long port = 0;
+  if (p < end && *p == '[') {
+    const char *rb = memchr(p, ']', (size_t)(end - p));
+    if (!rb) return fail(why, n, "bad URL '%s': unterminated [IPv6] host", u->redacted);
+    if (!(host = decode(p + 1, (size_t)(rb - p - 1), &bad)))
+      return bad ? fail(why, n, "bad %%-escape in URL host") : DBLOCK_ENOMEM;
+    if (rb + 1 < end) {
+      if (rb[1] != ':') {
+        free(host);
+        return fail(why, n, "bad URL '%s': junk after ]", u->redacted);
+      }
+      colon = rb + 1;
+    }
+  } else {
+    colon = memchr(p, ':', (size_t)(end - p));
+    hend = colon ? colon : end;
+    if (hend > p && !(host = decode(p, (size_t)(hend - p), &bad)))
+      return bad ? fail(why, n, "bad %%-escape in URL host") : DBLOCK_ENOMEM;
+  }
+  if (!host && !colon) return fail(why, n, "bad URL '%s': empty host in host list", u->redacted);
+  if (colon) {
+    const char *q = colon + 1;
+    if (q == end) {
+      free(host);
+      return fail(why, n, "bad URL '%s': empty port", u->redacted);
+    }
+    for (; q < end && port <= 65535; q++) {
+      if (!isdigit((unsigned char)*q)) break;
+      port = port * 10 + (*q - '0');
+    }
+    if (q != end || port < 1 || port > 65535) {
+      free(host);
+      return fail(why, n, "bad URL '%s': port must be a number 1-65535", u->redacted);
+    }
+  }
+  u->hosts[u->nhosts] = host;
+  u->ports[u->nhosts++] = (int)port;
+  return 0;
+}
+
 static int parse_server(dbl_url *u, const char *text, const char *s, char *why,
                         size_t n) {
   const char *qmark = strchr(s, '?');
@@ -158,41 +205,23 @@ static int parse_server(dbl_url *u, const char *text, const char *s, char *why,
   }
   redact(u, text, pw, pwlen);
 
-  /* host[:port], host may be [ipv6] */
-  {
-    const char *hend = auth_end, *colon = NULL;
-    if (*hp == '[') {
-      const char *rb = memchr(hp, ']', (size_t)(auth_end - hp));
-      if (!rb) return fail(why, n, "bad URL '%s': unterminated [IPv6] host", u->redacted);
-      if (!(u->host = decode(hp + 1, (size_t)(rb - hp - 1), &bad)))
-        return bad ? fail(why, n, "bad %%-escape in URL host") : DBLOCK_ENOMEM;
-      if (rb + 1 < auth_end) {
-        if (rb[1] != ':') return fail(why, n, "bad URL '%s': junk after ]", u->redacted);
-        colon = rb + 1;
-      }
-    } else {
-      colon = memchr(hp, ':', (size_t)(auth_end - hp));
-      hend = colon ? colon : auth_end;
-      if (hend > hp && !(u->host = decode(hp, (size_t)(hend - hp), &bad)))
-        return bad ? fail(why, n, "bad %%-escape in URL host") : DBLOCK_ENOMEM;
-    }
-    if (colon) {
-      long port = 0;
-      const char *p = colon + 1;
-      if (p == auth_end)
-        return fail(why, n, "bad URL '%s': empty port", u->redacted);
-      for (; p < auth_end; p++) {
-        if (!isdigit((unsigned char)*p) || port > 65535)
-          return fail(why, n, "bad URL '%s': port must be a number 1-65535",
-                      u->redacted);
-        port = port * 10 + (*p - '0');
-      }
-      if (port < 1 || port > 65535)
-        return fail(why, n, "bad URL '%s': port must be a number 1-65535",
-                    u->redacted);
-      u->port = (int)port;
+  /* host[:port][,host[:port]...]; a host may be [ipv6]. Several hosts
+   * (libpq's multi-host form) are tried in order by the driver. */
+  if (hp < auth_end) {
+    const char *item = hp;
+    for (;;) {
+      const char *comma = memchr(item, ',', (size_t)(auth_end - item));
+      const char *iend = comma ? comma : auth_end;
+      if (u->nhosts == DBL_URL_MAX_HOSTS)
+        return fail(why, n, "bad URL '%s': more than %d hosts", u->redacted,
+                    DBL_URL_MAX_HOSTS);
+      if ((rc = parse_host(u, item, iend, why, n)) != 0) return rc;
+      if (!comma) break;
+      item = comma + 1;
     }
   }
+  u->host = u->nhosts ? u->hosts[0] : NULL;
+  u->port = u->nhosts ? u->ports[0] : 0;
   if (slash && slash + 1 < end &&
       !(u->dbname = decode(slash + 1, (size_t)(end - slash - 1), &bad)))
     return bad ? fail(why, n, "bad %%-escape in URL database name") : DBLOCK_ENOMEM;
@@ -261,7 +290,7 @@ void dbl_url_free(dbl_url *u) {
   if (u->pg_keywords) memset(u->pg_keywords, 0, strlen(u->pg_keywords));
   free(u->user);
   free(u->password);
-  free(u->host);
+  for (int i = 0; i < u->nhosts; i++) free(u->hosts[i]);
   free(u->dbname);
   free(u->path);
   free(u->pg_keywords);

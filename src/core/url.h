@@ -18,11 +18,19 @@ typedef enum dbl_backend {
 } dbl_backend;
 
 #define DBL_URL_MAX_PARAMS 16
+#define DBL_URL_MAX_HOSTS 8
 
 typedef struct dbl_url {
   dbl_backend backend;
-  char *user, *password, *host, *dbname, *path; /* decoded; NULL if absent */
-  int port;                                     /* 0 if absent */
+  char *user, *password, *dbname, *path; /* decoded; NULL if absent */
+  /* The host list, in URL order (libpq's multi-host form h1:p1,h2:p2);
+   * a host is NULL when only its port was given, a port 0 when absent.
+   * host / port are the first entry (NULL / 0 when there is none). */
+  int nhosts;
+  char *hosts[DBL_URL_MAX_HOSTS];
+  int ports[DBL_URL_MAX_HOSTS];
+  const char *host;
+  int port;
   char *pg_keywords; /* a libpq "key=value ..." string given instead of a URL */
   int nparams;
   char *keys[DBL_URL_MAX_PARAMS], *vals[DBL_URL_MAX_PARAMS];

@@ -4,13 +4,16 @@
  */
 #include "driver.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 
 const dbl_driver *dbl_driver_for(const dbl_url *url) {
   switch (url->backend) {
@@ -151,4 +154,67 @@ int dbl_fd_dup(int fd) { return fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1; }
 
 void dbl_fd_cut(int fd) {
   if (fd >= 0) shutdown(fd, SHUT_RDWR);
+}
+
+void dbl_topology_settings(dbl_topology *t, const dbl_res *r) {
+  int max = (int)(sizeof t->settings / sizeof t->settings[0]);
+  for (int i = 0; i < r->nrows && t->nsettings < max; i++) {
+    const char *n = dbl_res_get(r, i, 0), *v = dbl_res_get(r, i, 1);
+    snprintf(t->settings[t->nsettings].name, sizeof t->settings[0].name, "%s", n ? n : "");
+    snprintf(t->settings[t->nsettings].value, sizeof t->settings[0].value, "%s", v ? v : "");
+    t->nsettings++;
+  }
+}
+
+const char *dbl_topology_setting(const dbl_topology *t, const char *name) {
+  for (int i = 0; i < t->nsettings; i++)
+    if (strcasecmp(t->settings[i].name, name) == 0) return t->settings[i].value;
+  return NULL;
+}
+
+static void *timer_main(void *p) {
+  dbl_timer *t = p;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += (time_t)(t->ms / 1000);
+  ts.tv_nsec += (long)(t->ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&t->mu);
+  while (!t->stopped)
+    if (pthread_cond_timedwait(&t->cv, &t->mu, &ts) == ETIMEDOUT) break;
+  if (!t->stopped) {
+    t->fired = 1;
+    t->cut(t->arg); /* only shuts a socket down: safe under the mutex */
+  }
+  pthread_mutex_unlock(&t->mu);
+  return NULL;
+}
+
+int dbl_timer_start(dbl_timer *t, int64_t ms, void (*cut)(void *arg), void *arg) {
+  pthread_condattr_t ca;
+  memset(t, 0, sizeof *t);
+  t->ms = ms > 0 ? ms : 1;
+  t->cut = cut;
+  t->arg = arg;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&t->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  t->started = pthread_create(&t->thread, NULL, timer_main, t) == 0;
+  return t->started ? 0 : -1;
+}
+
+int dbl_timer_stop(dbl_timer *t) {
+  pthread_mutex_lock(&t->mu);
+  t->stopped = 1;
+  pthread_cond_signal(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+  if (t->started) pthread_join(t->thread, NULL);
+  pthread_cond_destroy(&t->cv);
+  pthread_mutex_destroy(&t->mu);
+  return t->fired;
 }

@@ -15,13 +15,14 @@
 #ifndef DBLOCK_DRIVER_H
 #define DBLOCK_DRIVER_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "../core/url.h"
 #include "dblock.h"
 
-#define DBL_DRIVER_VERSION 2
+#define DBL_DRIVER_VERSION 3
 
 typedef enum dbl_dialect { DBL_PG = 1, DBL_MY = 2, DBL_LITE = 3 } dbl_dialect;
 
@@ -67,6 +68,25 @@ typedef struct dbl_stmt {
 } dbl_stmt;
 
 typedef struct dbl_conn dbl_conn; /* private to each driver */
+
+/* What a connection learns about its server (the topology guard, DESIGN
+ * §10). The first four fields are filled by every probe; the rest only by
+ * a full one. */
+typedef struct dbl_topology {
+  int read_only;     /* writes would be refused: a standby in recovery, a
+                        read-only session, MariaDB read_only (whatever the
+                        user's privileges) */
+  int galera;        /* a Galera cluster node (wsrep_on) */
+  int galera_ready;  /* Galera: synced, in the primary component */
+  int cluster_size;  /* Galera: nodes in the component; else 0 */
+  /* ---- full probe ---- */
+  char server[96];   /* product and version */
+  int standbys;      /* PostgreSQL primary: streaming standbys; -1 unknown */
+  int sync_standbys; /* of which synchronous (sync/quorum); -1 unknown */
+  int replica_of;    /* MariaDB: 1 if this server replicates from another */
+  int nsettings;     /* settings that bear on dblock's promises, by name */
+  struct { char name[48]; char value[80]; } settings[20];
+} dbl_topology;
 
 typedef struct dbl_driver {
   int version;
@@ -143,6 +163,11 @@ typedef struct dbl_driver {
    * holder's own checks notice nor keep a dead holder's lock for hours.
    * Remembered; only talks to the server on a change. NULL: no such limits. */
   int (*idle_guard)(dbl_conn *c, int64_t limit_ms, dbl_err *e);
+  /* ---- version 3 ---- */
+  /* Asks the server what it is (one or two round trips; full = 0: only
+   * the fields every new connection needs). NULL for an embedded backend
+   * (stand-alone, writable by definition). */
+  int (*probe)(dbl_conn *c, dbl_topology *t, int full, dbl_err *e);
 } dbl_driver;
 
 extern const dbl_driver dbl_driver_pg;
@@ -153,6 +178,14 @@ extern const dbl_driver dbl_driver_sqlite;
 const dbl_driver *dbl_driver_for(const dbl_url *url);
 
 void dbl_res_clear(dbl_res *r);
+/* Appends the (name, value) rows of r to t->settings (as many as fit). */
+void dbl_topology_settings(dbl_topology *t, const dbl_res *r);
+/* The value of setting name in t, or NULL. */
+const char *dbl_topology_setting(const dbl_topology *t, const char *name);
+/* Writes one line (at most max) per way the server as probed (full) can
+ * lose a granted lock — asynchronous standbys, commits acknowledged before
+ * they are durable — and returns how many. */
+int dbl_topology_risks(const dbl_topology *t, char (*out)[320], int max);
 /* Value at (row, col) or NULL; out-of-range is NULL too. */
 const char *dbl_res_get(const dbl_res *r, int row, int col);
 /* Value parsed as int64 (0 for NULL / out of range). */
@@ -202,5 +235,24 @@ int dbl_fd_dup(int fd);
 /* Shuts the socket behind fd down (no close): a call blocked on it in poll
  * or recv wakes with end-of-file. No-op for -1. */
 void dbl_fd_cut(int fd);
+
+/* A time limit for calls made where no call window exists yet (a probe
+ * while connecting, the check in dblock_client_open): a short-lived thread
+ * that runs cut(arg) if dbl_timer_stop has not been called within ms. The
+ * thread is gone when dbl_timer_stop returns, so a process that forks
+ * afterwards has no extra thread. If no thread can be started the call
+ * simply runs unbounded (returns nonzero then). */
+typedef struct dbl_timer {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int started, stopped, fired;
+  int64_t ms;
+  void (*cut)(void *arg);
+  void *arg;
+} dbl_timer;
+int dbl_timer_start(dbl_timer *t, int64_t ms, void (*cut)(void *arg), void *arg);
+/* Stops and joins the timer; returns 1 if it fired (the call was cut). */
+int dbl_timer_stop(dbl_timer *t);
 
 #endif

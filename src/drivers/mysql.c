@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "driver.h"
@@ -48,7 +49,11 @@ static int classify(unsigned int no) {
   case 3024: case 1969: return DBLOCK_ETIMEOUT;
   case 2006: case 2013: case 4031: case 1927: case 2002: case 2003:
   case 2005: case 2055: case 1049: case 1053: case 1152: case 1158:
-  case 1159: case 1160: case 1161: return DBLOCK_ECONN;
+  case 1159: case 1160: case 1161:
+  /* Galera: a node outside the primary component (1047 "WSREP has not yet
+   * prepared node") or a commit the cluster could not take (1180): another
+   * node may serve, so this is a connection-level failure. */
+  case 1047: case 1180: return DBLOCK_ECONN;
   case 1045: case 1698: case 1251: return DBLOCK_EAUTH;
   case 1146: case 1305: return DBLOCK_ESCHEMA;
   case 1142: case 1143: case 1044: case 1227: case 1370: case 1095: return DBLOCK_EPERM;
@@ -393,8 +398,111 @@ static void my_close(dbl_conn *c) {
   free(c);
 }
 
-static int my_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
-                      dbl_err *e) {
+/* One value of information_schema.GLOBAL_STATUS (Galera's wsrep_*), as a
+ * scalar subquery. */
+#define MY_STATUS(name) \
+  "(SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '" name "')"
+
+/* The topology guard's questions (driver.h). read_only is the server's
+ * state: a user with SUPER (or ALL PRIVILEGES) could still write there. */
+static int my_probe(dbl_conn *c, dbl_topology *t, int full, dbl_err *e) {
+  dbl_res r;
+  int rc;
+  memset(t, 0, sizeof *t);
+  rc = my_query(c, "SELECT @@global.read_only, @@global.wsrep_on, VERSION()", NULL, 0, &r, e);
+  if (rc == DBLOCK_EDB && e->native == 1193) /* not built with wsrep (MySQL) */
+    rc = my_query(c, "SELECT @@global.read_only, 0, VERSION()", NULL, 0, &r, e);
+  if (rc) return rc;
+  t->read_only = dbl_res_i64(&r, 0, 0) != 0;
+  t->galera = dbl_res_i64(&r, 0, 1) != 0;
+  snprintf(t->server, sizeof t->server, "MariaDB/MySQL %s", dbl_res_get(&r, 0, 2) ? dbl_res_get(&r, 0, 2) : "");
+  dbl_res_clear(&r);
+  t->standbys = t->sync_standbys = -1;
+  if (t->galera) {
+    rc = my_query(c,
+                  "SELECT " MY_STATUS("WSREP_READY") ", " MY_STATUS("WSREP_LOCAL_STATE") ", "
+                  MY_STATUS("WSREP_CLUSTER_SIZE") ", " MY_STATUS("WSREP_CLUSTER_STATUS"),
+                  NULL, 0, &r, e);
+    if (rc) return rc;
+    /* Ready, Synced (4) and in the Primary component: it may grant. */
+    t->galera_ready = dbl_res_get(&r, 0, 0) && strcasecmp(dbl_res_get(&r, 0, 0), "ON") == 0 &&
+                      dbl_res_i64(&r, 0, 1) == 4 && dbl_res_get(&r, 0, 3) &&
+                      strcasecmp(dbl_res_get(&r, 0, 3), "Primary") == 0;
+    t->cluster_size = (int)dbl_res_i64(&r, 0, 2);
+    dbl_res_clear(&r);
+  }
+  if (!full) return 0;
+  rc = my_query(c, "SELECT COUNT(*) FROM information_schema.GLOBAL_STATUS "
+                   "WHERE VARIABLE_NAME = 'SLAVE_RUNNING' AND VARIABLE_VALUE = 'ON'",
+                NULL, 0, &r, e);
+  if (rc) return rc;
+  t->replica_of = dbl_res_i64(&r, 0, 0) > 0;
+  dbl_res_clear(&r);
+  rc = my_query(c,
+                "SELECT LOWER(VARIABLE_NAME), VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
+                "WHERE VARIABLE_NAME IN ('INNODB_FLUSH_LOG_AT_TRX_COMMIT', 'SYNC_BINLOG', "
+                "'WAIT_TIMEOUT', 'IDLE_TRANSACTION_TIMEOUT', 'IDLE_WRITE_TRANSACTION_TIMEOUT', "
+                "'MAX_STATEMENT_TIME', 'INNODB_LOCK_WAIT_TIMEOUT', 'WSREP_SYNC_WAIT', "
+                "'RPL_SEMI_SYNC_MASTER_ENABLED', 'LOG_BIN') ORDER BY 1",
+                NULL, 0, &r, e);
+  if (rc == 0) dbl_topology_settings(t, &r);
+  dbl_res_clear(&r);
+  return rc;
+}
+
+static void my_interrupt(dbl_conn *c);
+static void cut_conn(void *c) { my_interrupt(c); }
+
+/* Connects to one host of the URL's list (NULL host: 127.0.0.1). */
+static int my_connect_one(dbl_conn **out, const dbl_url *u, const char *host, int port,
+                          int64_t timeout_ms, dbl_err *e);
+
+/* Connects to the first host of the list that can take writes: one that is
+ * not read-only and, on Galera, synced in the primary component. With a
+ * single host the core's guard judges (and words the error); with several,
+ * a node that cannot serve is passed over for the next. */
+static int my_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms, dbl_err *e) {
+  int rc = DBLOCK_ECONN;
+  *out = NULL;
+  if (u->nhosts <= 1)
+    return my_connect_one(out, u, u->host, u->port, timeout_ms, e);
+  for (int i = 0; i < u->nhosts; i++) {
+    dbl_conn *c;
+    dbl_topology t;
+    if ((rc = my_connect_one(&c, u, u->hosts[i], u->ports[i], timeout_ms, e)) != 0) {
+      if (rc == DBLOCK_EAUTH || rc == DBLOCK_EINVAL || rc == DBLOCK_ENOMEM) return rc;
+      continue;
+    }
+    {
+      /* Not yet in a call window: bound the probe here (a node that
+       * accepted and then stalls must not hold the whole list). */
+      dbl_timer tm;
+      dbl_timer_start(&tm, timeout_ms > 0 ? timeout_ms : 5000, cut_conn, c);
+      rc = my_probe(c, &t, 0, e);
+      if (dbl_timer_stop(&tm) && rc == 0)
+        rc = dbl_err_set(e, DBLOCK_ECONN, "08S01", 0, "no answer from %s:%d in time",
+                         u->hosts[i] ? u->hosts[i] : "127.0.0.1", u->ports[i]);
+    }
+    if (rc == 0) {
+      if (!t.read_only && (!t.galera || t.galera_ready)) {
+        *out = c;
+        return 0;
+      }
+      rc = t.read_only ? dbl_err_set(e, DBLOCK_EREPLICA, "HY000", 1290,
+                                     "%s:%d is read-only (no host of the list takes writes)",
+                                     u->hosts[i] ? u->hosts[i] : "127.0.0.1", u->ports[i])
+                       : dbl_err_set(e, DBLOCK_ECONN, "08S01", 1047,
+                                     "%s:%d is a Galera node that is not synced in the primary "
+                                     "component (no host of the list can serve)",
+                                     u->hosts[i] ? u->hosts[i] : "127.0.0.1", u->ports[i]);
+    }
+    my_close(c);
+  }
+  return rc;
+}
+
+static int my_connect_one(dbl_conn **out, const dbl_url *u, const char *host, int port,
+                          int64_t timeout_ms, dbl_err *e) {
   dbl_conn *c = calloc(1, sizeof *c);
   unsigned int tmo = (unsigned int)(timeout_ms > 0 ? (timeout_ms + 999) / 1000 : 5);
   my_bool off = 0;
@@ -426,8 +534,8 @@ static int my_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   mysql_options(c->my, MYSQL_OPT_RECONNECT, &off);
   mysql_options(c->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
   mysql_options(c->my, MYSQL_INIT_COMMAND, "SET time_zone = '+00:00'");
-  if (!mysql_real_connect(c->my, u->host ? u->host : "127.0.0.1", u->user,
-                          u->password, u->dbname, (unsigned)u->port, socket,
+  if (!mysql_real_connect(c->my, host ? host : "127.0.0.1", u->user,
+                          u->password, u->dbname, (unsigned)port, socket,
                           CLIENT_MULTI_STATEMENTS)) {
     int rc = fail_my(c, e);
     if (rc == DBLOCK_EDB) rc = dbl_err_set(e, DBLOCK_ECONN, e->sqlstate, e->native, "%s", e->msg);
@@ -466,4 +574,5 @@ const dbl_driver dbl_driver_mysql = {
     .set_autocommit = my_set_autocommit,
     .interrupt = my_interrupt,
     .idle_guard = my_idle_guard,
+    .probe = my_probe,
 };

@@ -325,6 +325,47 @@ static int pg_now_us(dbl_conn *c, int64_t *out, dbl_err *e) {
   return rc;
 }
 
+/* The topology guard's questions (driver.h). A standby in recovery and a
+ * session whose transactions are read-only both refuse writes. */
+static int pg_probe(dbl_conn *c, dbl_topology *t, int full, dbl_err *e) {
+  dbl_res r;
+  int rc;
+  memset(t, 0, sizeof *t);
+  if (!full) {
+    rc = pg_query(c, "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'",
+                  NULL, 0, &r, e);
+    if (rc == 0) t->read_only = dbl_res_get(&r, 0, 0) && *dbl_res_get(&r, 0, 0) == 't';
+    dbl_res_clear(&r);
+    return rc;
+  }
+  /* pg_stat_replication shows every walsender to any role; only sync_state
+   * needs pg_read_all_stats (else NULL: unknown). */
+  rc = pg_query(c,
+                "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on', "
+                "'PostgreSQL ' || current_setting('server_version'), "
+                "(SELECT count(*) FROM pg_stat_replication), "
+                "(SELECT count(*) FILTER (WHERE sync_state IN ('sync', 'quorum')) "
+                "FROM pg_stat_replication), "
+                "(SELECT count(*) FILTER (WHERE sync_state IS NULL) FROM pg_stat_replication)",
+                NULL, 0, &r, e);
+  if (rc) return rc;
+  t->read_only = dbl_res_get(&r, 0, 0) && *dbl_res_get(&r, 0, 0) == 't';
+  snprintf(t->server, sizeof t->server, "%s", dbl_res_get(&r, 0, 1) ? dbl_res_get(&r, 0, 1) : "");
+  t->standbys = (int)dbl_res_i64(&r, 0, 2);
+  t->sync_standbys = dbl_res_i64(&r, 0, 4) > 0 ? -1 : (int)dbl_res_i64(&r, 0, 3);
+  dbl_res_clear(&r);
+  rc = pg_query(c,
+                "SELECT name, current_setting(name) FROM pg_settings WHERE name IN "
+                "('fsync', 'synchronous_commit', 'synchronous_standby_names', "
+                "'idle_in_transaction_session_timeout', 'statement_timeout', "
+                "'idle_session_timeout', 'lock_timeout', 'default_transaction_read_only') "
+                "ORDER BY name",
+                NULL, 0, &r, e);
+  if (rc == 0) dbl_topology_settings(t, &r);
+  dbl_res_clear(&r);
+  return rc;
+}
+
 static int pg_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
   char v[32];
   int rc;
@@ -409,7 +450,7 @@ static int connect_poll(PGconn *pg, int64_t timeout_ms) {
 static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
                       dbl_err *e) {
   const char *keys[DBL_URL_MAX_PARAMS + 16], *vals[DBL_URL_MAX_PARAMS + 16];
-  char port[16], tmo[24];
+  char hosts[2048] = "", ports[128] = "", tmo[24];
   int n = 0, polled = 0;
   dbl_conn *c = calloc(1, sizeof *c);
   *out = NULL;
@@ -443,10 +484,24 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
     PQconninfoFree(opts);
     keys[n] = "dbname"; vals[n++] = u->pg_keywords;
   } else {
-    if (u->host) { keys[n] = "host"; vals[n++] = u->host; }
-    if (u->port) {
-      snprintf(port, sizeof port, "%d", u->port);
-      keys[n] = "port"; vals[n++] = port;
+    /* libpq's own lists: "h1,h2" and "p1,p2" (an empty item: its default). */
+    for (int i = 0; i < u->nhosts; i++) {
+      size_t hl = strlen(hosts), pl = strlen(ports);
+      snprintf(hosts + hl, sizeof hosts - hl, "%s%s", i ? "," : "", u->hosts[i] ? u->hosts[i] : "");
+      if (u->ports[i]) snprintf(ports + pl, sizeof ports - pl, "%s%d", i ? "," : "", u->ports[i]);
+      else snprintf(ports + pl, sizeof ports - pl, "%s", i ? "," : "");
+    }
+    if (u->nhosts && strlen(hosts) + 1 >= sizeof hosts) {
+      free(c);
+      return dbl_err_set(e, DBLOCK_EINVAL, "", 0, "host list too long in '%s'", u->redacted);
+    }
+    if (u->nhosts > 1 || u->host) { keys[n] = "host"; vals[n++] = hosts; }
+    if (strspn(ports, ",") != strlen(ports)) { keys[n] = "port"; vals[n++] = ports; }
+    /* A lock needs the primary: with several hosts, take the first that
+     * accepts writes unless the URL says otherwise (libpq's default is
+     * "any", which could pick a standby). */
+    if (u->nhosts > 1 && !dbl_url_param(u, "target_session_attrs")) {
+      keys[n] = "target_session_attrs"; vals[n++] = "read-write";
     }
     if (u->user) { keys[n] = "user"; vals[n++] = u->user; }
     if (u->password) {
@@ -482,6 +537,8 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   } else if (timeout_ms <= 0) {
     timeout_ms = 5000;
   }
+  /* connect_timeout is per host in libpq: each host of a list gets it. */
+  if (timeout_ms > 0 && u->nhosts > 1) timeout_ms *= u->nhosts;
   c->pg = PQconnectStartParams(keys, vals, 1);
   if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD || (polled = connect_poll(c->pg, timeout_ms)) != 1) {
     int rc = polled < 0 ? dbl_err_set(e, DBLOCK_ECONN, "08001", 0,
@@ -545,4 +602,5 @@ const dbl_driver dbl_driver_pg = {
     .set_autocommit = pg_set_autocommit,
     .interrupt = pg_interrupt,
     .idle_guard = pg_idle_guard,
+    .probe = pg_probe,
 };

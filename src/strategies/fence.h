@@ -2,7 +2,8 @@
  * fence.h — the SQL expression that draws a new fencing token, per dialect,
  * shared by the strategies and by force-unlock.
  *
- * PostgreSQL / MariaDB: epoch << 40 | sequence value. A sequence value is
+ * PostgreSQL: epoch << 40 | sequence value; MariaDB: the sequence value,
+ * which a bump moves to epoch << 40. A sequence value is
  * not durable by itself (BACKENDS.md: after a crash it can be handed out
  * again), so the epoch comes from ${table}_alive, a table the server empties
  * whenever it may have lost unflushed state: PostgreSQL UNLOGGED (emptied by
@@ -30,9 +31,12 @@
   "(COALESCE((SELECT epoch FROM ${schema}.${table}_alive WHERE id = 1), "        \
   "current_setting('dblock.no_epoch')::int8) << 40) "                            \
   "+ nextval('${schema}.${table}_fence_seq')"
+/* (MariaDB: the sequence carries the epoch — a bump moves it to the next
+ * 2^40 block — so that on Galera, where ${table}_alive is per node, tokens
+ * from all nodes come from one forward-only sequence; client.c my_bump.) */
 #define DBL_MY_NEXT_FENCE                                                        \
-  "(COALESCE((SELECT epoch FROM ${table}_alive WHERE id = 1), "                  \
-  "(SELECT 1 FROM (SELECT 1 UNION ALL SELECT 2) AS dbl_no_epoch)) << 40) "       \
+  "COALESCE((SELECT 0 FROM ${table}_alive WHERE id = 1), "                       \
+  "(SELECT 1 FROM (SELECT 1 UNION ALL SELECT 2) AS dbl_no_epoch)) "              \
   "+ NEXTVAL(${table}_fence_seq)"
 #define DBL_LITE_NEXT_FENCE \
   "MAX((SELECT fence FROM ${table} WHERE name = '') + 1, dblock_now_us())"

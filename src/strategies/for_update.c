@@ -205,6 +205,7 @@ const dbl_strategy dbl_strategy_for_update = {
     .name = "for_update",
     .id = DBLOCK_STRATEGY_FOR_UPDATE,
     .pins_connection = 1,
+    .node_local = 1,
     .has_lease = 0,
     .acquire = for_update_acquire,
     .release = for_update_release,

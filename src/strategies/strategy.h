@@ -48,6 +48,10 @@ typedef struct dbl_strategy {
   dblock_strategy id;
   int pins_connection; /* the lock lives in a transaction on one connection */
   int has_lease;
+  int node_local;      /* relies on row locks one server grants alone: on a
+                          multi-primary cluster (Galera) another node grants
+                          the same row at once and the conflict surfaces only
+                          at COMMIT, after the critical section */
   /* One attempt. 0 = granted (op->h filled), DBLOCK_EBUSY = held by
    * another owner, DBLOCK_EMISMATCH, or an error. wait_ms is only used by
    * strategies that wait in the server (polling ones get 0). */

@@ -140,6 +140,11 @@ static int open_client(dblock_client **cl, args *a) {
   o.strategy = a->strategy;
   o.table = a->table;
   o.on_lost = on_lost;
+  /* Commands that only read may run against a replica (and on Galera
+   * whatever --strategy says). */
+  o.read_only = a->cmd && (strcmp(a->cmd->name, "status") == 0 ||
+                           strcmp(a->cmd->name, "list") == 0 ||
+                           (strcmp(a->cmd->name, "migrate") == 0 && a->migrate_status));
   if (a->cmd && strcmp(a->cmd->name, "run") == 0) {
     int64_t lease = a->lease_ms ? a->lease_ms : 30000, margin = lease / 20;
     o.lease_ms = a->lease_ms;
