@@ -43,7 +43,7 @@ LDLIBS    := $(PG_LIBS) $(MY_LIBS) $(LITE_LIBS) -lpthread
 ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
 LIB_SRC   := src/core/client.c src/core/error.c src/core/url.c src/core/lock.c \
-             src/core/watchdog.c src/core/admin.c src/core/migrate.c \
+             src/core/watchdog.c src/core/admin.c src/core/migrate.c src/core/doctor.c \
              src/drivers/driver.c src/drivers/topology.c src/drivers/pg.c src/drivers/mysql.c src/drivers/sqlite.c \
              src/strategies/lease.c src/strategies/insert.c src/strategies/for_update.c \
              src/strategies/optimistic.c

@@ -328,6 +328,32 @@ int dblock_lock_inspect(dblock_lock_info *out, dblock_client *client,
 int dblock_lock_list(dblock_lock_info **out, size_t *count,
                      dblock_client *client, int limit);
 
+/* ---- Doctor ------------------------------------------------------------ */
+
+/* Severities of a doctor finding. */
+#define DBLOCK_SEV_OK 0     /* as dblock needs it */
+#define DBLOCK_SEV_INFO 1   /* worth knowing, no effect on the promises */
+#define DBLOCK_SEV_WARN 2   /* can surprise (a lock wait cut short, ...) */
+#define DBLOCK_SEV_UNSAFE 3 /* a promise can break: a lock granted twice,
+                               a fence repeated, locks impossible here */
+
+typedef struct dblock_finding {
+  int severity;     /* DBLOCK_SEV_... */
+  char topic[24];   /* "server", "topology", "durability", "timeouts",
+                       "clock", "schema", "strategy" */
+  char text[384];   /* what was found, one line */
+  char advice[256]; /* what to do, one line; "" when nothing */
+} dblock_finding;
+
+/* Asks the server whether it keeps dblock's promises: what it is and its
+ * topology (stand-alone, primary with synchronous / asynchronous standbys,
+ * replica, Galera node), durability settings, settings that can end a lock
+ * or a wait early, the server's clock against this host's, the migration
+ * status, and whether the client's strategy works there. Works on a
+ * replica with a read_only client. On success *out is an array of *count
+ * findings to free with free(). */
+int dblock_doctor(dblock_finding **out, size_t *count, dblock_client *client);
+
 /* Frees name whoever holds it and advances its fencing token, so the old
  * holder's writes are refused by fenced resources and its handle reports
  * DBLOCK_ELOST. *new_fence (may be NULL) receives the advanced token.

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "testutil.h"
 
@@ -300,6 +301,51 @@ static void test_galera_read_only_node(void **st) {
   }
 }
 
+/* The findings of dblock_doctor on url with a read-only client: 1 if one
+ * of topic has severity sev and text containing needle. */
+static int doctor_says(const char *url, dblock_strategy s, const char *topic, int sev,
+                       const char *needle) {
+  dblock_client *c = NULL;
+  dblock_finding *f = NULL;
+  size_t n = 0;
+  int found = 0;
+  if (try_open(&c, url, s, "topo_gm", 1) != 0) fail_msg("open %s: %s", url, tu_errmsg(NULL));
+  if (dblock_doctor(&f, &n, c) != 0) fail_msg("doctor: %s", tu_errmsg(c));
+  for (size_t i = 0; i < n; i++)
+    found |= strcmp(f[i].topic, topic) == 0 && f[i].severity == sev && strstr(f[i].text, needle);
+  if (!found) {
+    fprintf(stderr, "doctor on %s found:\n", url);
+    for (size_t i = 0; i < n; i++)
+      fprintf(stderr, "  %d %s %s\n", f[i].severity, f[i].topic, f[i].text);
+  }
+  free(f);
+  dblock_client_free(c);
+  return found;
+}
+
+static void test_galera_doctor(void **st) {
+  char cmd[600], out[4096] = "";
+  FILE *p;
+  size_t len;
+  int status;
+  (void)st;
+  assert_true(doctor_says(galera_url(2), DBLOCK_STRATEGY_INSERT, "topology", DBLOCK_SEV_OK,
+                          "Galera node, cluster of 3, synced"));
+  assert_true(doctor_says(galera_url(2), DBLOCK_STRATEGY_FOR_UPDATE, "strategy",
+                          DBLOCK_SEV_UNSAFE, "cannot work on Galera"));
+  /* The command: JSON, and exit status 5 for the unsafe strategy. */
+  snprintf(cmd, sizeof cmd, "%s/dblock --url '%s' --table topo_gm --strategy for_update doctor --json",
+           getenv("DBLOCK_TEST_TREE") ? getenv("DBLOCK_TEST_TREE") : "build", galera_url(1));
+  if (!(p = popen(cmd, "r"))) fail_msg("popen failed");
+  len = fread(out, 1, sizeof out - 1, p);
+  out[len] = 0;
+  status = pclose(p);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 5 || !strstr(out, "{\"ok\":false,") ||
+      !strstr(out, "\"topic\":\"topology\",\"text\":\"Galera node, cluster of 3"))
+    fail_msg("`dblock doctor --json` on Galera with for_update: status %d, output %s", status,
+             out);
+}
+
 /* ---- PostgreSQL -------------------------------------------------------- */
 
 static void test_pg_standby_refused(void **st) {
@@ -327,6 +373,8 @@ static void test_pg_standby_refused(void **st) {
   dblock_client_free(ro);
   assert_int_equal(dblock_lock_release(l), 0);
   dblock_client_free(c);
+  assert_true(doctor_says(pg_url("standby"), DBLOCK_STRATEGY_INSERT, "topology",
+                          DBLOCK_SEV_UNSAFE, "read-only server"));
 }
 
 static char warned[1024];
@@ -358,6 +406,15 @@ static void test_pg_async_warning(void **st) {
   warned[0] = 0;
   c = tu_open_opts(pg_url("primary"), &o);
   dblock_client_free(c);
+  {
+    int unsafe = doctor_says(pg_url("primary"), DBLOCK_STRATEGY_INSERT, "durability",
+                             DBLOCK_SEV_UNSAFE, "asynchronously");
+    if (!unsafe) {
+      sh(NULL, 0, "%s -c \"ALTER SYSTEM RESET synchronous_standby_names\" -c \"SELECT pg_reload_conf()\"",
+         env("DBLOCK_TOPO_PG_ADMIN_PRIMARY"));
+      fail_msg("doctor did not call the asynchronous standby unsafe");
+    }
+  }
   sh(NULL, 0, "%s -c \"ALTER SYSTEM RESET synchronous_standby_names\" -c \"SELECT pg_reload_conf()\"",
      env("DBLOCK_TOPO_PG_ADMIN_PRIMARY"));
   if (!strstr(warned, "asynchronously"))
@@ -367,6 +424,8 @@ static void test_pg_async_warning(void **st) {
   c = tu_open_opts(pg_url("primary"), &o);
   dblock_client_free(c);
   if (warned[0]) fail_msg("synchronous standby: unexpected warning \"%s\"", warned);
+  assert_true(doctor_says(pg_url("primary"), DBLOCK_STRATEGY_INSERT, "topology",
+                          DBLOCK_SEV_INFO, "primary with 1 streaming standby"));
 }
 
 static void test_pg_multi_host_url(void **st) {
@@ -470,6 +529,7 @@ int main(void) {
       cmocka_unit_test(test_galera_insert_race),
       cmocka_unit_test(test_galera_optimistic_race),
       cmocka_unit_test(test_galera_read_only_node),
+      cmocka_unit_test(test_galera_doctor),
   };
   const struct CMUnitTest pg[] = {
       cmocka_unit_test(test_pg_standby_refused),

@@ -186,6 +186,9 @@ const char *dbl_topology_setting(const dbl_topology *t, const char *name);
  * lose a granted lock — asynchronous standbys, commits acknowledged before
  * they are durable — and returns how many. */
 int dbl_topology_risks(const dbl_topology *t, char (*out)[320], int max);
+/* Appends to f[*n] (at most max in all) the doctor's findings about the
+ * server as probed (full): server, topology, durability, timeouts. */
+void dbl_topology_findings(const dbl_topology *t, dblock_finding *f, int *n, int max);
 /* Value at (row, col) or NULL; out-of-range is NULL too. */
 const char *dbl_res_get(const dbl_res *r, int row, int col);
 /* Value parsed as int64 (0 for NULL / out of range). */

@@ -19,6 +19,7 @@ enum {
   CLI_BUSY = 3,    /* lock busy (try once) or wait timed out; -E changes it */
   CLI_LOST = 4,    /* the lock was lost while held */
   CLI_ANOMALY = 5, /* dblock-bank: a locked run showed an anomaly */
+  CLI_UNSAFE = 5,  /* dblock doctor: an unsafe finding */
 };
 
 /* Parses a duration: a number with an optional unit ms, s, m, h (default

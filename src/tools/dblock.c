@@ -144,6 +144,7 @@ static int open_client(dblock_client **cl, args *a) {
    * whatever --strategy says). */
   o.read_only = a->cmd && (strcmp(a->cmd->name, "status") == 0 ||
                            strcmp(a->cmd->name, "list") == 0 ||
+                           strcmp(a->cmd->name, "doctor") == 0 ||
                            (strcmp(a->cmd->name, "migrate") == 0 && a->migrate_status));
   if (a->cmd && strcmp(a->cmd->name, "run") == 0) {
     int64_t lease = a->lease_ms ? a->lease_ms : 30000, margin = lease / 20;
@@ -774,6 +775,51 @@ static int cmd_list(args *a) {
   return CLI_OK;
 }
 
+/* ---- doctor -------------------------------------------------------------- */
+
+static const char *const SEV_NAMES[] = {"ok", "info", "warn", "UNSAFE"};
+
+/* Exit status: CLI_UNSAFE when any finding is unsafe, else 0. */
+static int cmd_doctor(args *a) {
+  dblock_client *cl;
+  dblock_finding *f;
+  size_t n;
+  int rc, unsafe = 0;
+  if (a->npos) return usage_error(a, "unexpected argument '%s'", a->pos[0]);
+  if ((rc = open_client(&cl, a)) != 0) return rc;
+  if ((rc = dblock_doctor(&f, &n, cl)) != 0) {
+    rc = report(a, "doctor", cl, rc);
+    dblock_client_free(cl);
+    return rc;
+  }
+  dblock_client_free(cl);
+  for (size_t i = 0; i < n; i++) unsafe |= f[i].severity == DBLOCK_SEV_UNSAFE;
+  if (a->json) {
+    printf("{\"ok\":%s,\"findings\":[", unsafe ? "false" : "true");
+    for (size_t i = 0; i < n; i++) {
+      printf("%s{\"severity\":", i ? "," : "");
+      cli_json_str(stdout, SEV_NAMES[f[i].severity & 3]);
+      fputs(",\"topic\":", stdout);
+      cli_json_str(stdout, f[i].topic);
+      fputs(",\"text\":", stdout);
+      cli_json_str(stdout, f[i].text);
+      fputs(",\"advice\":", stdout);
+      cli_json_str(stdout, f[i].advice);
+      putchar('}');
+    }
+    puts("]}");
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      printf("%-6s %-10s %s\n", SEV_NAMES[f[i].severity & 3], f[i].topic, f[i].text);
+      if (f[i].advice[0]) printf("%-17s -> %s\n", "", f[i].advice);
+    }
+    printf("%s\n", unsafe ? "verdict: UNSAFE — dblock's promises can break here (see above)"
+                          : "verdict: ok");
+  }
+  free(f);
+  return unsafe ? CLI_UNSAFE : CLI_OK;
+}
+
 /* ---- reap / force-unlock ------------------------------------------------ */
 
 static int cmd_reap(args *a) {
@@ -869,6 +915,14 @@ static const command COMMANDS[] = {
      "prints one JSON object. A name with no row exits 1 (\"no lock named\").\n"},
     {"list", 0, cmd_list, "list",
      "Lists every lock row as a table, or as one JSON array with --json.\n"},
+    {"doctor", 0, cmd_doctor, "doctor",
+     "Tells whether the database keeps dblock's promises: server and version,\n"
+     "topology (stand-alone, primary with synchronous / asynchronous standbys,\n"
+     "replica, Galera node), durability settings, settings that can end a lock\n"
+     "or a wait early, the server's clock against this host's, whether the\n"
+     "--strategy works there, migration status. One finding per line (ok, info,\n"
+     "warn, UNSAFE) with advice; --json prints {\"ok\":..,\"findings\":[..]}.\n"
+     "Exit status 5 if anything is unsafe. Works on a replica.\n"},
     {"reap", O_GRACE | O_BATCH, cmd_reap, "reap [--grace D] [--batch N]",
      "One reaper pass (like dblock-reaper --once): deletes rows whose lease\n"
      "expired more than --grace (default 0) ago, --batch rows (default 1000) per\n"
