@@ -147,8 +147,8 @@ static void reset_tables(void) {
         raw_q(&r, sql, &p, 1);
       }
   } else {
-    const char *objs[] = {"%s_migrations", "%s"};
-    for (int i = 0; i < 2; i++) {
+    const char *objs[] = {"%s_migrations", "%s_alive", "%s"};
+    for (int i = 0; i < 3; i++) {
       char obj[64];
       snprintf(obj, sizeof obj, objs[i], "bench_locks");
       snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s%s",

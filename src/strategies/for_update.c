@@ -189,9 +189,11 @@ static int for_update_release(dbl_op *op, int final) {
   int rc;
   if (!final) return 0;
   rc = op->drv->commit(op->conn, op->e);
-  /* A commit that fails on a dead session: the server already rolled the
-   * lock back, so the lock was lost while held. */
-  return rc == DBLOCK_ECONN ? DBLOCK_ELOST : rc;
+  /* A commit that fails on a dead session, or is refused as a deadlock /
+   * certification conflict (a multi-primary cluster: the transaction is
+   * already rolled back, and a second COMMIT would "succeed" on nothing):
+   * the lock was lost while held. Never retried as a release. */
+  return rc == DBLOCK_ECONN || rc == DBLOCK_ERETRY ? DBLOCK_ELOST : rc;
 }
 
 /* No lease to extend: check that the session holding the row lock is
