@@ -81,6 +81,30 @@ static void test_sqlite_paths(void **state) {
 
 /* Each bad URL is refused with a reason that names the problem and never
  * contains the password. */
+/* libpq's multi-host form, also for MariaDB host lists: every host with
+ * its own port (0 when absent), an IPv6 one included. */
+static void test_host_list(void **state) {
+  dbl_url u;
+  (void)state;
+  parse_ok("postgres://u:pw@h1:5433,[::1]:5434,h3/db?target_session_attrs=any", &u);
+  assert_int_equal(u.nhosts, 3);
+  assert_string_equal(u.hosts[0], "h1");
+  assert_int_equal(u.ports[0], 5433);
+  assert_string_equal(u.hosts[1], "::1");
+  assert_int_equal(u.ports[1], 5434);
+  assert_string_equal(u.hosts[2], "h3");
+  assert_int_equal(u.ports[2], 0);
+  assert_string_equal(u.host, "h1");
+  assert_int_equal(u.port, 5433);
+  assert_string_equal(u.dbname, "db");
+  assert_null(strstr(u.redacted, "pw@"));
+  dbl_url_free(&u);
+  parse_ok("mysql://u@127.0.0.1:3306,127.0.0.1:3307/db", &u);
+  assert_int_equal(u.nhosts, 2);
+  assert_int_equal(u.ports[1], 3307);
+  dbl_url_free(&u);
+}
+
 static void test_bad_urls(void **state) {
   static const struct { const char *url, *needle; } bad[] = {
       {"", "no database URL"},
@@ -93,6 +117,10 @@ static void test_bad_urls(void **state) {
       {"postgres://u:topsecret@[::1/db", "IPv6"},
       {"just some words", "not a database URL"},
       {"mysql://u:topsecret@h/db?novalue", "key=value"},
+      {"postgres://u:topsecret@h1:5432,,h2/db", "empty host"},
+      {"postgres://u:topsecret@h1:5432,h2:/db", "empty port"},
+      {"postgres://u:topsecret@h1:5432,h2:x/db", "port"},
+      {"mysql://u:topsecret@a,b,c,d,e,f,g,h,i/db", "more than 8 hosts"},
   };
   (void)state;
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -156,7 +184,7 @@ int main(void) {
       cmocka_unit_test(test_pg_keyword_string), cmocka_unit_test(test_mysql_socket),
       cmocka_unit_test(test_sqlite_paths),      cmocka_unit_test(test_bad_urls),
       cmocka_unit_test(test_public_api_bad_url), cmocka_unit_test(test_bad_options),
-      cmocka_unit_test(test_strerror_covers_codes),
+      cmocka_unit_test(test_strerror_covers_codes), cmocka_unit_test(test_host_list),
   };
   return cmocka_run_group_tests_name("url", tests, NULL, NULL);
 }
