@@ -1152,6 +1152,33 @@ static void t_run_no_socket(const char *be) {
 
 /* ---- tests: list --json ------------------------------------------------- */
 
+/* dblock doctor --json on a stand-alone test server: valid JSON, ok, and
+ * the findings an operator needs: topology ok, the schema fully applied.
+ * The replicated topologies' findings are in test_topology. */
+static void t_doctor(const char *be) {
+  const tu_backend *b = migrated(be);
+  cmdv c = dblock_cmd(b->url, NULL);
+  result r;
+  jv *v;
+  const jv *f;
+  int topo = 0, schema = 0;
+  cv_addl(&c, "doctor", "--json", NULL);
+  r = run(&c, 30000);
+  expect_code(&r, &c, 0);
+  v = json_parse_or_fail(r.out, cmdline(&c));
+  if (!jbool(v, "ok", r.out)) fail_msg("`%s`: not ok: %s", cmdline(&c), r.out);
+  if (!(f = jget(v, "findings")) || f->type != J_ARR || f->n < 4)
+    fail_msg("`%s`: no findings array: %s", cmdline(&c), r.out);
+  for (size_t k = 0; k < f->n; k++) {
+    const char *topic = jstr(&f->items[k], "topic", r.out), *sev = jstr(&f->items[k], "severity", r.out);
+    topo |= strcmp(topic, "topology") == 0 && strcmp(sev, "ok") == 0;
+    schema |= strcmp(topic, "schema") == 0 && strcmp(sev, "ok") == 0 &&
+              strstr(jstr(&f->items[k], "text", r.out), "migrations applied") != NULL;
+  }
+  if (!topo || !schema)
+    fail_msg("`%s`: expected an ok topology and an ok schema finding: %s", cmdline(&c), r.out);
+}
+
 static void t_list_json(const char *be) {
   const tu_backend *b = migrated(be);
   /* Quote, backslash, tab and non-ASCII: the JSON must escape them. */
@@ -1566,6 +1593,7 @@ PER_BACKEND(migrate)
 PER_BACKEND(no_overlap)
 PER_BACKEND(busy)
 PER_BACKEND(list_json)
+PER_BACKEND(doctor)
 PER_BACKEND_STRATEGY(keeps_lock, sqlite)
 PER_BACKEND_STRATEGY(keeps_lock, postgres)
 PER_BACKEND_STRATEGY(keeps_lock, mysql)
@@ -1703,6 +1731,9 @@ int main(void) {
       T(test_list_json_sqlite),
       T(test_list_json_postgres),
       T(test_list_json_mysql),
+      T(test_doctor_sqlite),
+      T(test_doctor_postgres),
+      T(test_doctor_mysql),
       T(test_usage_unknown_command),
       T(test_usage_unknown_option),
       T(test_usage_missing_name),
