@@ -301,6 +301,35 @@ static void test_galera_read_only_node(void **st) {
   }
 }
 
+/* A node that refuses client queries with 1047 (what a node outside the
+ * primary component answers; here wsrep_reject_queries = ALL) is a lost
+ * connection, not a database error: alone it fails with DBLOCK_ECONN, and a
+ * host list starting with it moves on to the next node. */
+static void test_galera_node_without_service(void **st) {
+  dblock_client *c = NULL;
+  dblock_lock *l;
+  char url[300];
+  int p[3], rc, rc_list;
+  (void)st;
+  sscanf(env("DBLOCK_TOPO_GALERA_PORTS"), "%d %d %d", &p[0], &p[1], &p[2]);
+  sh(NULL, 0, "%s -e 'SET GLOBAL wsrep_reject_queries = ALL'", env("DBLOCK_TOPO_GALERA_ADMIN1"));
+  rc = try_open(&c, galera_url(1), DBLOCK_STRATEGY_INSERT, "topo_gm", 0);
+  dblock_client_free(c);
+  c = NULL;
+  snprintf(url, sizeof url, "mysql://dblock:%s@127.0.0.1:%d,127.0.0.1:%d/dblock",
+           env("DBLOCK_TOPO_PW"), p[0], p[1]);
+  rc_list = try_open(&c, url, DBLOCK_STRATEGY_INSERT, "topo_gm", 0);
+  if (rc_list == 0) {
+    l = tu_acquire(c, "noservice", 0, 0);
+    assert_int_equal(dblock_lock_release(l), 0);
+    dblock_client_free(c);
+  }
+  sh(NULL, 0, "%s -e 'SET GLOBAL wsrep_reject_queries = NONE'", env("DBLOCK_TOPO_GALERA_ADMIN1"));
+  if (rc != DBLOCK_ECONN) fail_msg("node refusing queries: expected DBLOCK_ECONN, got %d: %s", rc,
+                                   tu_errmsg(NULL));
+  if (rc_list != 0) fail_msg("host list [refusing, serving]: %d %s", rc_list, tu_errmsg(NULL));
+}
+
 /* The findings of dblock_doctor on url with a read-only client: 1 if one
  * of topic has severity sev and text containing needle. */
 static int doctor_says(const char *url, dblock_strategy s, const char *topic, int sev,
@@ -428,6 +457,33 @@ static void test_pg_async_warning(void **st) {
                           DBLOCK_SEV_INFO, "primary with 1 streaming standby"));
 }
 
+/* The only synchronous standby is down: every commit on the primary waits
+ * for it, forever (statement_timeout does not end that wait). A try-acquire
+ * must still return within the client's call limit, not hang. */
+static void test_pg_sync_standby_down(void **st) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *c;
+  dblock_lock *l = NULL;
+  int64_t t0, ms;
+  int rc;
+  (void)st;
+  o.table = "topo_p";
+  o.call_timeout_ms = 1000;
+  c = tu_open_opts(pg_url("primary"), &o);
+  sh(NULL, 0, "%s -D %s -m fast -w stop >/dev/null", env("DBLOCK_TOPO_PG_CTL"),
+     env("DBLOCK_TOPO_PG_STANDBY_DATA"));
+  t0 = tu_now_ms();
+  rc = dblock_lock_acquire(&l, c, tu_name("sdown"), 0, 0);
+  ms = tu_now_ms() - t0;
+  sh(NULL, 0, "%s -D %s -l %s/../standby.log -w start >/dev/null", env("DBLOCK_TOPO_PG_CTL"),
+     env("DBLOCK_TOPO_PG_STANDBY_DATA"), env("DBLOCK_TOPO_PG_STANDBY_DATA"));
+  wait_sync_state("sync");
+  dblock_client_free(c);
+  if (rc != DBLOCK_ECONN || ms > 3000)
+    fail_msg("try-acquire with the synchronous standby down: expected DBLOCK_ECONN within the "
+             "1 s call limit, got %d after %lld ms: %s", rc, (long long)ms, tu_errmsg(NULL));
+}
+
 static void test_pg_multi_host_url(void **st) {
   dblock_client *c;
   dblock_lock *l;
@@ -530,10 +586,12 @@ int main(void) {
       cmocka_unit_test(test_galera_optimistic_race),
       cmocka_unit_test(test_galera_read_only_node),
       cmocka_unit_test(test_galera_doctor),
+      cmocka_unit_test(test_galera_node_without_service),
   };
   const struct CMUnitTest pg[] = {
       cmocka_unit_test(test_pg_standby_refused),
       cmocka_unit_test(test_pg_async_warning),
+      cmocka_unit_test(test_pg_sync_standby_down),
       cmocka_unit_test(test_pg_multi_host_url),
       cmocka_unit_test(test_pg_failover), /* last: ends the primary */
   };

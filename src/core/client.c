@@ -277,8 +277,9 @@ static int guard(const dblock_client *cl, const dbl_topology *t, dbl_err *e) {
                        cl->drv->name);
   if (t->galera && !t->galera_ready)
     return dbl_err_set(e, DBLOCK_ECONN, "08S01", 1047,
-                       "this Galera node is not synced in the primary component (no quorum, "
-                       "or still joining): list other nodes in the URL");
+                       "this Galera node cannot serve (not synced in the primary component, no "
+                       "quorum, still joining, or drained by wsrep_reject_queries): list other "
+                       "nodes in the URL");
   if (t->galera && cl->strat->node_local)
     return dbl_err_set(e, DBLOCK_EUNSUPPORTED, "", 0,
                        "the %s strategy cannot work on a Galera cluster: its row locks are "

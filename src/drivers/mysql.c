@@ -421,13 +421,16 @@ static int my_probe(dbl_conn *c, dbl_topology *t, int full, dbl_err *e) {
   if (t->galera) {
     rc = my_query(c,
                   "SELECT " MY_STATUS("WSREP_READY") ", " MY_STATUS("WSREP_LOCAL_STATE") ", "
-                  MY_STATUS("WSREP_CLUSTER_SIZE") ", " MY_STATUS("WSREP_CLUSTER_STATUS"),
+                  MY_STATUS("WSREP_CLUSTER_SIZE") ", " MY_STATUS("WSREP_CLUSTER_STATUS") ", "
+                  "@@global.wsrep_reject_queries",
                   NULL, 0, &r, e);
     if (rc) return rc;
-    /* Ready, Synced (4) and in the Primary component: it may grant. */
+    /* Ready, Synced (4), in the Primary component, and not drained by an
+     * operator (wsrep_reject_queries answers clients 1047): it may grant. */
     t->galera_ready = dbl_res_get(&r, 0, 0) && strcasecmp(dbl_res_get(&r, 0, 0), "ON") == 0 &&
                       dbl_res_i64(&r, 0, 1) == 4 && dbl_res_get(&r, 0, 3) &&
-                      strcasecmp(dbl_res_get(&r, 0, 3), "Primary") == 0;
+                      strcasecmp(dbl_res_get(&r, 0, 3), "Primary") == 0 &&
+                      dbl_res_get(&r, 0, 4) && strcasecmp(dbl_res_get(&r, 0, 4), "NONE") == 0;
     t->cluster_size = (int)dbl_res_i64(&r, 0, 2);
     dbl_res_clear(&r);
   }
