@@ -37,8 +37,9 @@ SANFLAGS_tsan := -fsanitize=thread -fno-omit-frame-pointer
 SANFLAGS  := $(SANFLAGS_$(SAN))
 OPT       := $(if $(SAN),-O1 -g,-O2 -g)
 CFLAGS    ?=
+CPPFLAGS  ?=
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(OPT) $(WARN) $(SANFLAGS) -Iinclude -Isrc \
-              $(PG_CFLAGS) $(MY_CFLAGS) $(CFLAGS)
+              $(PG_CFLAGS) $(MY_CFLAGS) $(CPPFLAGS) $(CFLAGS)
 LDLIBS    := $(PG_LIBS) $(MY_LIBS) $(LITE_LIBS) -lpthread
 ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
@@ -81,8 +82,10 @@ $(B)/libdblock.a: $(LIB_OBJ)
 	rm -f $@
 	ar rcs $@ $^
 
-$(B)/libdblock.so.$(VERSION): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,$(SONAME) $(ALL_LDFLAGS) -o $@ $^ $(LDLIBS)
+# Only the public API (dblock_*) is exported: src/dblock.map.
+$(B)/libdblock.so.$(VERSION): $(LIB_OBJ) src/dblock.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/dblock.map $(ALL_LDFLAGS) \
+	  -o $@ $(LIB_OBJ) $(LDLIBS)
 
 $(B)/libdblock.so: $(B)/libdblock.so.$(VERSION)
 	ln -sf libdblock.so.$(VERSION) $(B)/$(SONAME)
@@ -90,7 +93,7 @@ $(B)/libdblock.so: $(B)/libdblock.so.$(VERSION)
 
 # Programs and tests include only the public header (-Iinclude), and link
 # the static library so they run from the tree without installing.
-PROG_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SANFLAGS) -Iinclude $(CFLAGS)
+PROG_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SANFLAGS) -Iinclude $(CPPFLAGS) $(CFLAGS)
 
 $(B)/dblock: src/tools/dblock.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a
 	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
@@ -117,13 +120,21 @@ $(B)/lockhelper: tests/lockhelper.c $(B)/libdblock.a
 $(B)/dblock-bench: bench/dblock_bench.c $(B)/libdblock.a
 	$(CC) $(PROG_CFLAGS) -Isrc -o $@ $< $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 
-$(B)/dblock.pc: Makefile
-	@mkdir -p $(B)
-	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+# pkg-config file for a prefix (the tree's copy: PREFIX as given to make;
+# make install writes one for the PREFIX it installs to). The static link
+# needs the client libraries' own flags only: libpq.pc's private ones name
+# static libraries Debian does not ship, so they are not pulled in.
+PC_LINES = 'prefix=$(1)' 'libdir=$(2)' 'includedir=$(3)' '' \
 	  'Name: dblock' 'Description: distributed locks in PostgreSQL, MySQL/MariaDB and SQLite' \
 	  'Version: $(VERSION)' 'Libs: -L$${libdir} -ldblock' \
-	  'Libs.private: $(LDLIBS)' 'Requires.private: libpq sqlite3' \
-	  'Cflags: -I$${includedir}' > $@
+	  'Libs.private: $(LDLIBS)' 'Cflags: -I$${includedir}'
+$(B)/dblock.pc: Makefile $(B)/.prefix-$(subst /,_,$(PREFIX))
+	@mkdir -p $(B)
+	printf '%s\n' $(call PC_LINES,$(PREFIX),$(LIBDIR),$(INCDIR)) > $@
+$(B)/.prefix-$(subst /,_,$(PREFIX)):
+	@mkdir -p $(B)
+	rm -f $(B)/.prefix-*
+	touch $@
 
 # The public header compiles alone, strictly.
 header-test: $(B)/.header-ok
@@ -155,7 +166,8 @@ install: all
 	install -m 755 $(B)/libdblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/
 	ln -sf libdblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
 	ln -sf libdblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libdblock.so
-	install -m 644 $(B)/dblock.pc $(DESTDIR)$(LIBDIR)/pkgconfig/
+	printf '%s\n' $(call PC_LINES,$(PREFIX),$(LIBDIR),$(INCDIR)) > $(DESTDIR)$(LIBDIR)/pkgconfig/dblock.pc
+	chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/dblock.pc
 	install -m 755 $(B)/dblock $(B)/dblock-bank $(DESTDIR)$(BINDIR)/
 	install -m 755 $(B)/dblock-reaper $(DESTDIR)$(SBINDIR)/
 	for d in postgres mysql sqlite; do \

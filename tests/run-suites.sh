@@ -59,6 +59,9 @@ if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = bench ]; then
   # The benchmark in its quick mode, so it never rots (figures: make bench).
   DBLOCK_BENCH_JSON=build/bench-quick.json run_suite "bench/run.sh --quick" sh bench/run.sh --quick
 fi
+if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = install ]; then
+  run_suite "tests/check-install.sh" sh tests/check-install.sh
+fi
 if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = valgrind ]; then
   run_suite "valgrind build/test_url" valgrind -q --error-exitcode=99 --leak-check=full build/test_url
 fi
