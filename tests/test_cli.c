@@ -938,6 +938,47 @@ static void t_busy(const char *be) {
   }
 }
 
+/* dblock(1)'s shell idiom for a lock across steps: when the name is busy
+ * the script stops (exit 3) and the step after it never runs; when free it
+ * runs with $fence set. (A bare eval "$(dblock acquire ...)" evaluated an
+ * empty string and went on, also under set -e.) */
+static const char *IDIOM =
+    "lock=$(\"$1\" --url \"$2\" --table \"$4\" acquire \"$3\" --lease 5s) || exit 3\n"
+    "eval \"$lock\"\n"
+    "echo \"ran with fence $fence\"\n";
+
+static void t_acquire_idiom(const char *be) {
+  const tu_backend *b = migrated(be);
+  const char *name = tname("idiom");
+  cmdv c = dblock_cmd(b->url, NULL), sh = {{NULL}, 0};
+  result r, held;
+  cv_addl(&c, "acquire", name, "--lease", "10s", NULL);
+  held = run(&c, 15000);
+  expect_code(&held, &c, 0);
+  cv_addl(&sh, "/bin/sh", "-ec", IDIOM, "sh", tfmt("%s/dblock", tree()), b->url, name, TABLE, NULL);
+  r = run(&sh, 15000);
+  if (r.code != 3 || strstr(r.out, "ran with") || !strstr(r.err, "held by another owner"))
+    fail_msg("[%s] the idiom on a busy name: exit %d, stdout '%s', stderr '%s' (expected busy, "
+             "exit 3, no step)", be, r.code, r.out, r.err);
+  {
+    /* Released: the idiom takes it and the step runs with the fence. */
+    cmdv rel = dblock_cmd(b->url, NULL);
+    const char *tok = strstr(held.out, "token=");
+    char token[200];
+    if (!tok) fail_msg("no token in: %s", held.out);
+    snprintf(token, sizeof token, "%.*s", (int)strcspn(tok + 6, "\n"), tok + 6);
+    cv_addl(&rel, "release", name, "--token", token, NULL);
+    r = run(&rel, 15000);
+    expect_code(&r, &rel, 0);
+  }
+  /* (tfmt's buffers rotate: build the command again.) */
+  sh.n = 0;
+  cv_addl(&sh, "/bin/sh", "-ec", IDIOM, "sh", tfmt("%s/dblock", tree()), b->url, name, TABLE, NULL);
+  r = run(&sh, 15000);
+  if (r.code != 0 || !strstr(r.out, "ran with fence ") || strstr(r.out, "ran with fence \n"))
+    fail_msg("[%s] the idiom on a free name: exit %d, stdout '%s', stderr '%s'", be, r.code, r.out, r.err);
+}
+
 /* ---- tests: a child running 3x the lease keeps the lock ----------------- */
 
 static void t_keeps_lock(const char *be, const char *st) {
@@ -1594,6 +1635,7 @@ PER_BACKEND(no_overlap)
 PER_BACKEND(busy)
 PER_BACKEND(list_json)
 PER_BACKEND(doctor)
+PER_BACKEND(acquire_idiom)
 PER_BACKEND_STRATEGY(keeps_lock, sqlite)
 PER_BACKEND_STRATEGY(keeps_lock, postgres)
 PER_BACKEND_STRATEGY(keeps_lock, mysql)
@@ -1734,6 +1776,9 @@ int main(void) {
       T(test_doctor_sqlite),
       T(test_doctor_postgres),
       T(test_doctor_mysql),
+      T(test_acquire_idiom_sqlite),
+      T(test_acquire_idiom_postgres),
+      T(test_acquire_idiom_mysql),
       T(test_usage_unknown_command),
       T(test_usage_unknown_option),
       T(test_usage_missing_name),

@@ -894,7 +894,8 @@ static const command COMMANDS[] = {
      "outlives this process, so a lock can be held across shell steps. Prints\n"
      "  fence=N      the fencing token\n"
      "  token=T      the owner token for 'dblock release NAME --token T'\n"
-     "(eval \"$(dblock acquire NAME --lease 5m)\" sets $fence and $token).\n"
+     "In a script: lock=$(dblock acquire NAME --lease 5m) || exit; eval \"$lock\"\n"
+     "sets $fence and $token (a bare eval \"$(...)\" would go on when busy).\n"
      "--wait defaults to 0 (try once). Not available with --strategy for_update,\n"
      "whose lock ends with the session.\n"},
     {"release", O_TOKEN, cmd_release, "release NAME --token T",
