@@ -957,6 +957,18 @@ static void t_acquire_idiom(const char *be) {
   expect_code(&held, &c, 0);
   cv_addl(&sh, "/bin/sh", "-ec", IDIOM, "sh", tfmt("%s/dblock", tree()), b->url, name, TABLE, NULL);
   r = run(&sh, 15000);
+  {
+    /* Busy with --json: one object on stdout, ok false, exit 3. */
+    cmdv j = dblock_cmd(b->url, NULL);
+    result jr;
+    jv *v;
+    cv_addl(&j, "acquire", name, "--lease", "5s", "--json", NULL);
+    jr = run(&j, 15000);
+    expect_code(&jr, &j, 3);
+    v = json_parse_or_fail(jr.out, cmdline(&j));
+    if (jbool(v, "ok", jr.out) || !strstr(jstr(v, "message", jr.out), "held by another owner"))
+      fail_msg("`%s`: expected ok false and the reason: %s", cmdline(&j), jr.out);
+  }
   if (r.code != 3 || strstr(r.out, "ran with") || !strstr(r.err, "held by another owner"))
     fail_msg("[%s] the idiom on a busy name: exit %d, stdout '%s', stderr '%s' (expected busy, "
              "exit 3, no step)", be, r.code, r.out, r.err);
@@ -1385,11 +1397,21 @@ static void t_reaper_once(const char *be) {
   if (reaper_count(&r, &c) < 1) fail_msg("`%s` deleted nothing: %s", cmdline(&c), r.out);
   if (*r.err) fail_msg("`%s`: unexpected stderr: %s", cmdline(&c), r.err);
 
-  /* The row is gone: status says "no lock named" and exits 1. */
+  /* The row is gone: the name is free. status answers (exit 0), and with
+   * --json says there is no row. */
   c = dblock_cmd(b->url, NULL);
   cv_addl(&c, "status", name, NULL);
   r = run(&c, 15000);
-  expect_code(&r, &c, 1);
+  expect_code(&r, &c, 0);
+  if (!strstr(r.out, "held:       no (no lock row"))
+    fail_msg("`%s`: unexpected output: %s", cmdline(&c), r.out);
+  c = dblock_cmd(b->url, NULL);
+  cv_addl(&c, "status", name, "--json", NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  v = json_parse_or_fail(r.out, cmdline(&c));
+  if (jbool(v, "row", r.out) || jbool(v, "held", r.out))
+    fail_msg("`%s`: expected row false, held false: %s", cmdline(&c), r.out);
 
   /* --json: one object per pass; --quiet: nothing on stdout. */
   c = reaper_cmd();

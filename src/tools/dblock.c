@@ -93,8 +93,23 @@ static int usage_error(const args *a, const char *fmt, ...) {
 }
 
 /* Reports a library failure; busy / timeout use the -E exit code. */
+/* Reports a failed call on stderr; with --json also one object on stdout,
+ * {"ok":false,"error":"<dblock_strerror>","code":<DBLOCK_E...>,"message":...},
+ * so a script parsing stdout never gets nothing. Returns the exit code. */
 static int report(const args *a, const char *what, dblock_client *cl, int rc) {
-  int code = cli_report(PROG, what, cl, rc);
+  int code;
+  if (a->json) {
+    dblock_error_info ei;
+    if (cl) dblock_client_last_error(cl, &ei);
+    else dblock_last_error(&ei);
+    fputs("{\"ok\":false,\"error\":", stdout);
+    cli_json_str(stdout, dblock_strerror(rc));
+    printf(",\"code\":%d,\"message\":", rc);
+    cli_json_str(stdout, ei.code == rc && ei.message[0] ? ei.message : dblock_strerror(rc));
+    fputs("}\n", stdout);
+    fflush(stdout);
+  }
+  code = cli_report(PROG, what, cl, rc);
   return code == CLI_BUSY ? a->conflict_code : code;
 }
 
@@ -270,7 +285,7 @@ static int cmd_acquire(args *a) {
     char t[40], tok[80];
     snprintf(tok, sizeof tok, "%s:%lld:%lld", info.owner_token, (long long)info.owner_thread,
              (long long)info.fence);
-    fputs("{\"name\":", stdout);
+    fputs("{\"ok\":true,\"name\":", stdout);
     cli_json_str(stdout, name);
     printf(",\"fence\":%lld,\"token\":\"%s\",\"expires_at\":", (long long)info.fence, tok);
     cli_json_str(stdout, cli_iso8601(t, sizeof t, dblock_lock_expires_at(l), 6));
@@ -328,9 +343,14 @@ static int cmd_release(args *a) {
   if (rc == DBLOCK_ENOTHELD) {
     fprintf(stderr, "%s: release: %s\n", PROG, "lock is not held by this token (it expired and "
                     "was reaped or taken over, was force-unlocked, or was already released)");
+    if (a->json) puts("{\"ok\":false,\"released\":false,\"error\":\"not held by this token\"}");
     rc = CLI_LOST;
   } else if (rc != 0) {
     rc = report(a, "release", cl, rc);
+  } else if (a->json) {
+    fputs("{\"ok\":true,\"released\":true,\"name\":", stdout);
+    cli_json_str(stdout, name);
+    puts("}");
   }
   dblock_client_free(cl);
   return rc;
@@ -647,6 +667,7 @@ static void json_info(const dblock_lock_info *i) {
   char t[40];
   fputs("{\"name\":", stdout);
   cli_json_str(stdout, i->name);
+  fputs(",\"row\":true", stdout);
   fputs(",\"strategy\":", stdout);
   cli_json_str(stdout, i->strategy);
   printf(",\"held\":%s,\"owner_host\":", i->held ? "true" : "false");
@@ -684,11 +705,18 @@ static int cmd_status(args *a) {
   if ((rc = open_client(&cl, a)) != 0) return rc;
   rc = dblock_lock_inspect(&i, cl, name);
   if (rc == DBLOCK_ENOTHELD) {
-    /* Not an error of the lock: there is simply no row (never used, or
-     * released / reaped). Distinct from "free" rows, which print held: no. */
-    fprintf(stderr, "%s: status: no lock named '%s'\n", PROG, name);
+    /* No row: never used, or reaped. The name is free — an answer, not an
+     * error (exit 0); "row": false tells it from a free row. */
     dblock_client_free(cl);
-    return CLI_DBERR;
+    if (a->json) {
+      fputs("{\"name\":", stdout);
+      cli_json_str(stdout, name);
+      puts(",\"row\":false,\"held\":false}");
+    } else {
+      cell(buf, sizeof buf, name);
+      printf("name:       %s\nheld:       no (no lock row: never taken, or reaped)\n", buf);
+    }
+    return CLI_OK;
   }
   if (rc != 0) {
     rc = report(a, "status", cl, rc);
@@ -840,7 +868,11 @@ static int cmd_reap(args *a) {
       cli_json_str(stdout, ei.message[0] ? ei.message : dblock_strerror(rc));
       puts("}");
     }
-    rc = report(a, "reap", cl, rc);
+    {
+      args quiet = *a; /* the JSON above is the one object on stdout */
+      quiet.json = 0;
+      rc = report(&quiet, "reap", cl, rc);
+    }
     dblock_client_free(cl);
     return rc;
   }
@@ -913,7 +945,8 @@ static const command COMMANDS[] = {
     {"status", 0, cmd_status, "status NAME",
      "Shows what the database knows about NAME: strategy, held, holder host, pid\n"
      "and thread, fence, hold count, acquired and expiry times (UTC). --json\n"
-     "prints one JSON object. A name with no row exits 1 (\"no lock named\").\n"},
+     "prints one JSON object. A name with no row is free: held no, exit 0\n"
+     "(JSON \"row\":false).\n"},
     {"list", 0, cmd_list, "list",
      "Lists every lock row as a table, or as one JSON array with --json.\n"},
     {"doctor", 0, cmd_doctor, "doctor",
@@ -1122,6 +1155,10 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof OPT_NAMES / sizeof OPT_NAMES[0]; i++)
     if ((a.seen & OPT_NAMES[i].bit) && !(a.cmd->extra & OPT_NAMES[i].bit))
       return usage_error(&a, "option %s does not apply to '%s'", OPT_NAMES[i].name, a.cmd->name);
+  /* --json is honoured by every command that prints a result; refuse it
+   * where it would silently mean nothing. */
+  if (a.json && (strcmp(a.cmd->name, "run") == 0 || strcmp(a.cmd->name, "help") == 0))
+    return usage_error(&a, "--json does not apply to '%s'", a.cmd->name);
   if (strategy_arg && dblock_strategy_parse(&a.strategy, strategy_arg) != 0)
     return usage_error(&a, "unknown strategy '%s' (insert, for_update, optimistic)", strategy_arg);
   if (!wait_given) a.wait_ms = strcmp(a.cmd->name, "run") == 0 ? -1 : 0;
