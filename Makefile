@@ -4,7 +4,7 @@
 #   make demo       the bank-withdrawal demo on a temporary SQLite file
 #   make check      the whole test suite against real SQLite, PostgreSQL and
 #                   MariaDB servers it starts itself (plus ASan/UBSan, TSan)
-#   make bench      the benchmark (see bench/README or the README table)
+#   make bench      the benchmark (docs/BENCH.md; figures in the README)
 #   make install    PREFIX=/usr/local DESTDIR=
 #
 # SAN=asan or SAN=tsan builds an instrumented tree under build-$(SAN)/.
@@ -30,6 +30,28 @@ MY_CFLAGS := $(shell pkg-config --cflags libmariadb 2>/dev/null || mysql_config 
 MY_LIBS   := $(shell pkg-config --libs libmariadb 2>/dev/null || mysql_config --libs 2>/dev/null)
 LITE_LIBS := $(shell pkg-config --libs sqlite3 2>/dev/null || echo -lsqlite3)
 
+# Each backend is optional: WITH_PG=0, WITH_MYSQL=0 or WITH_SQLITE=0 leaves
+# it out (a URL for it then fails at open with DBLOCK_EUNSUPPORTED). By
+# default a backend is built when its client library's header is found.
+have = $(shell printf '\043include <$(1)>\n' | $(CC) $(2) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
+WITH_PG     ?= $(call have,libpq-fe.h,$(PG_CFLAGS))
+WITH_MYSQL  ?= $(call have,mysql.h,$(MY_CFLAGS))
+WITH_SQLITE ?= $(call have,sqlite3.h,)
+ifneq ($(WITH_PG),1)
+  PG_CFLAGS :=
+  PG_LIBS :=
+endif
+ifneq ($(WITH_MYSQL),1)
+  MY_CFLAGS :=
+  MY_LIBS :=
+endif
+ifneq ($(WITH_SQLITE),1)
+  LITE_LIBS :=
+endif
+BACKEND_FLAGS := -DDBLOCK_WITH_PG=$(if $(filter 1,$(WITH_PG)),1,0) \
+                 -DDBLOCK_WITH_MYSQL=$(if $(filter 1,$(WITH_MYSQL)),1,0) \
+                 -DDBLOCK_WITH_SQLITE=$(if $(filter 1,$(WITH_SQLITE)),1,0)
+
 WARN      := -Wall -Wextra -Wstrict-prototypes -Wwrite-strings -Wshadow \
              -Wno-unused-parameter -Werror
 SANFLAGS_asan := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -39,13 +61,15 @@ OPT       := $(if $(SAN),-O1 -g,-O2 -g)
 CFLAGS    ?=
 CPPFLAGS  ?=
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(OPT) $(WARN) $(SANFLAGS) -Iinclude -Isrc \
-              $(PG_CFLAGS) $(MY_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+              $(BACKEND_FLAGS) $(PG_CFLAGS) $(MY_CFLAGS) $(CPPFLAGS) $(CFLAGS)
 LDLIBS    := $(PG_LIBS) $(MY_LIBS) $(LITE_LIBS) -lpthread
 ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
 LIB_SRC   := src/core/client.c src/core/error.c src/core/url.c src/core/lock.c \
-             src/core/watchdog.c src/core/admin.c src/core/migrate.c src/core/doctor.c \
-             src/drivers/driver.c src/drivers/topology.c src/drivers/pg.c src/drivers/mysql.c src/drivers/sqlite.c \
+             src/core/watchdog.c src/core/admin.c src/core/migrate.c src/core/doctor.c src/core/cancel.c src/core/stats.c \
+             src/drivers/driver.c src/drivers/topology.c \
+             $(if $(filter 1,$(WITH_PG)),src/drivers/pg.c) $(if $(filter 1,$(WITH_MYSQL)),src/drivers/mysql.c) \
+             $(if $(filter 1,$(WITH_SQLITE)),src/drivers/sqlite.c) \
              src/strategies/lease.c src/strategies/insert.c src/strategies/for_update.c \
              src/strategies/optimistic.c
 LIB_OBJ   := $(patsubst src/%.c,$(B)/obj/%.o,$(LIB_SRC)) $(B)/obj/migrations.o
@@ -59,13 +83,20 @@ HELPERS   :=
 SONAME    := libdblock.so.$(SOMAJOR)
 
 .PHONY: all lib programs tests header-test demo check bench install uninstall clean
-all: lib programs $(B)/dblock.pc header-test
+all: lib programs $(B)/dblock.pc header-test $(B)/migrations-export/.stamp
 
 lib: $(B)/libdblock.a $(B)/libdblock.so
 programs: $(PROGRAMS) $(B)/dblock-bench
 tests: $(TESTS) $(HELPERS)
 
-$(B)/obj/%.o: src/%.c include/dblock.h $(wildcard src/*/*.h)
+# Objects depend on the backend choice: changing WITH_* rebuilds them.
+BACKENDS_STAMP := $(B)/.backends-$(WITH_PG)$(WITH_MYSQL)$(WITH_SQLITE)
+$(BACKENDS_STAMP):
+	@mkdir -p $(B)
+	rm -f $(B)/.backends-*
+	touch $@
+
+$(B)/obj/%.o: src/%.c include/dblock.h $(wildcard src/*/*.h) $(BACKENDS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
@@ -104,8 +135,9 @@ $(B)/bank_sql.c: $(wildcard sql/*/bank.sql) tools/embed-sql.sh
 	sh tools/embed-sql.sh sql > $@.tmp && mv $@.tmp $@
 # The demo also talks to its own account table through the client
 # libraries, as an application would.
-$(B)/dblock-bank: src/tools/dblock_bank.c src/tools/cli.h src/tools/cli.c $(B)/bank_sql.c $(B)/libdblock.a
-	$(CC) $(PROG_CFLAGS) $(PG_CFLAGS) $(MY_CFLAGS) -o $@ src/tools/dblock_bank.c src/tools/cli.c \
+$(B)/dblock-bank: src/tools/dblock_bank.c src/tools/cli.h src/tools/cli.c $(B)/bank_sql.c $(B)/libdblock.a \
+		$(BACKENDS_STAMP)
+	$(CC) $(PROG_CFLAGS) $(BACKEND_FLAGS) $(PG_CFLAGS) $(MY_CFLAGS) -o $@ src/tools/dblock_bank.c src/tools/cli.c \
 	  $(B)/bank_sql.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 
 # Tests may also include the driver interface (test_driver exercises it
@@ -134,6 +166,13 @@ $(B)/dblock.pc: Makefile $(B)/.prefix-$(subst /,_,$(PREFIX))
 $(B)/.prefix-$(subst /,_,$(PREFIX)):
 	@mkdir -p $(B)
 	rm -f $(B)/.prefix-*
+	touch $@
+
+# The migrations in Flyway and golang-migrate layouts, generated from the
+# one source (migrations/<backend>/); installed under share/dblock/.
+$(B)/migrations-export/.stamp: $(MIGRATIONS) $(wildcard migrations/*/down/*.sql) tools/export-migrations.sh
+	@mkdir -p $(B)/migrations-export
+	sh tools/export-migrations.sh migrations $(B)/migrations-export
 	touch $@
 
 # The public header compiles alone, strictly.
@@ -171,9 +210,19 @@ install: all
 	install -m 755 $(B)/dblock $(B)/dblock-bank $(DESTDIR)$(BINDIR)/
 	install -m 755 $(B)/dblock-reaper $(DESTDIR)$(SBINDIR)/
 	for d in postgres mysql sqlite; do \
-	  install -d $(DESTDIR)$(DATADIR)/dblock/migrations/$$d; \
+	  install -d $(DESTDIR)$(DATADIR)/dblock/migrations/$$d $(DESTDIR)$(DATADIR)/dblock/migrations/$$d/down \
+	    $(DESTDIR)$(DATADIR)/dblock/migrations/flyway/$$d $(DESTDIR)$(DATADIR)/dblock/migrations/golang-migrate/$$d; \
 	  install -m 644 migrations/$$d/*.sql $(DESTDIR)$(DATADIR)/dblock/migrations/$$d/; \
+	  install -m 644 migrations/$$d/down/*.sql $(DESTDIR)$(DATADIR)/dblock/migrations/$$d/down/; \
+	  install -m 644 $(B)/migrations-export/flyway/$$d/*.sql $(DESTDIR)$(DATADIR)/dblock/migrations/flyway/$$d/; \
+	  install -m 644 $(B)/migrations-export/golang-migrate/$$d/*.sql \
+	    $(DESTDIR)$(DATADIR)/dblock/migrations/golang-migrate/$$d/; \
 	done
+	install -d $(DESTDIR)$(DATADIR)/dblock/systemd
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DATADIR@|$(DATADIR)|g' dist/systemd/dblock-reaper.service.in \
+	  > $(DESTDIR)$(DATADIR)/dblock/systemd/dblock-reaper.service
+	chmod 644 $(DESTDIR)$(DATADIR)/dblock/systemd/dblock-reaper.service
+	install -m 644 dist/systemd/dblock-reaper.timer $(DESTDIR)$(DATADIR)/dblock/systemd/
 	for m in man/*.1; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man1/ || true; done
 	for m in man/*.8; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man8/ || true; done
 

@@ -63,6 +63,8 @@ extern "C" {
 #define DBLOCK_EUNSUPPORTED (-15) /* backend or strategy not available here    */
 #define DBLOCK_EDB (-16)       /* any other database error                     */
 #define DBLOCK_EREPLICA (-17)  /* connected to a read-only replica             */
+#define DBLOCK_ECANCELED (-18) /* the acquire was cancelled
+                                  (dblock_client_cancel)                       */
 
 /* Returns a static, human-readable description of a DBLOCK_E... code
  * (never NULL; unknown codes give "unknown error"). Thread-safe. */
@@ -106,13 +108,21 @@ typedef struct dblock_client dblock_client;
 typedef void (*dblock_lost_fn)(const char *name, int64_t fence, int reason,
                                void *arg);
 
-/* The log hook (dblock_options.log): level is DBLOCK_LOG_WARNING (the
- * only level so far); msg is one line without a newline, valid during the
- * call. Called from the thread that opened the client. */
+/* The log hook (dblock_options.log): level is one of the DBLOCK_LOG_...
+ * below, msg one line without a newline, valid during the call. Called
+ * from any of the client's threads (the caller's, the watchdog's, a
+ * renewal worker's), never while dblock holds a lock of its own, and only
+ * for levels up to dblock_options.log_level. Keep it short and
+ * thread-safe; do not call dblock on the same client from it.
+ *   WARNING: a topology that can lose granted locks (at open), a lock
+ *            lost, a renewal whose outcome is unknown (retried);
+ *   INFO:    a connection lost and a reconnect, a retried deadlock, a
+ *            fencing-epoch bump after a server crash or promotion. */
 #define DBLOCK_LOG_WARNING 1
+#define DBLOCK_LOG_INFO 2
 typedef void (*dblock_log_fn)(int level, const char *msg, void *arg);
 
-#define DBLOCK_OPTIONS_VERSION 3
+#define DBLOCK_OPTIONS_VERSION 4
 
 /* Client options. Zero means "default" for every field, so
  * `dblock_options o = DBLOCK_OPTIONS_INIT;` and setting what you need is the
@@ -153,11 +163,14 @@ typedef struct dblock_options {
                                  whatever the strategy; acquire, force-unlock,
                                  reap and migrate fail with DBLOCK_EPERM
                                  without touching the database. */
-  dblock_log_fn log;          /* warnings, such as a topology that can lose
-                                 granted locks on failover (told once per
-                                 client, at open); NULL: printed to stderr
-                                 as "dblock: warning: ..." */
+  dblock_log_fn log;          /* log messages (see dblock_log_fn); NULL:
+                                 printed to stderr as "dblock: warning: ..."
+                                 ("dblock: info: ...") */
   void *log_arg;
+  /* ---- version 4 ---- */
+  int log_level;              /* the most detailed level logged:
+                                 DBLOCK_LOG_WARNING (default) or
+                                 DBLOCK_LOG_INFO */
 } dblock_options;
 
 #define DBLOCK_OPTIONS_INIT {.version = DBLOCK_OPTIONS_VERSION}
@@ -198,9 +211,63 @@ const char *dblock_client_backend(const dblock_client *client);
 /* The client's strategy (never DEFAULT). */
 dblock_strategy dblock_client_strategy(const dblock_client *client);
 
+/* Cancels acquires: every dblock_lock_acquire on this client that is
+ * waiting now returns DBLOCK_ECANCELED promptly (within a few ms: a wait
+ * in the server is cut, a polling sleep woken), and every one started
+ * afterwards returns it at once, until dblock_client_cancel_clear(). A
+ * grant that completed before the cancel reached it is kept (the acquire
+ * returns 0). Nothing else is affected: held locks stay held and renewed,
+ * releases and introspection work. Safe from any thread and from a signal
+ * handler (async-signal-safe: atomic stores, write(2), shutdown(2)), so a
+ * SIGINT handler can stop a blocked acquire. Use one client per task that
+ * must be cancelled on its own. Returns 0, or DBLOCK_EINVAL for NULL. */
+int dblock_client_cancel(dblock_client *client);
+
+/* Ends the cancelled state: acquires wait normally again. Not for signal
+ * handlers. Returns 0, or DBLOCK_EINVAL for NULL. */
+int dblock_client_cancel_clear(dblock_client *client);
+
 /* Statements (round trips) this client has sent to the server so far, over
  * all its connections. For tests and benchmarks. */
 uint64_t dblock_client_round_trips(const dblock_client *client);
+
+/* ---- Counters ---------------------------------------------------------- */
+
+/* Upper bounds (ms) of the wait-time buckets of dblock_stats.wait_ms: a
+ * grant counts in the first bucket whose bound its wait (from the acquire
+ * call to its grant) does not exceed; the last bucket is everything over
+ * the last bound. */
+#define DBLOCK_STATS_WAIT_BOUNDS_MS {1, 10, 100, 1000, 10000}
+#define DBLOCK_STATS_WAIT_BUCKETS 6
+
+/* What a client has done since it was opened (all counters only grow). */
+typedef struct dblock_stats {
+  uint64_t grants;           /* acquires that returned 0 (reentrant too) */
+  uint64_t busy;             /* acquires that returned DBLOCK_EBUSY */
+  uint64_t timeouts;         /* acquires that returned DBLOCK_ETIMEOUT */
+  uint64_t cancelled;        /* acquires that returned DBLOCK_ECANCELED */
+  uint64_t failures;         /* acquires that failed otherwise */
+  uint64_t waited;           /* grants that needed more than one attempt */
+  uint64_t renewals;         /* renewals and session pings confirmed */
+  uint64_t renewal_failures; /* renewals with an unknown outcome (retried) */
+  uint64_t losses;           /* grants lost (each told once to on_lost) */
+  uint64_t connects;         /* connections opened */
+  uint64_t disconnects;      /* connections dropped as broken or cut */
+  uint64_t wait_ms[DBLOCK_STATS_WAIT_BUCKETS]; /* grants by wait time */
+  uint64_t wait_ms_sum;      /* total wait of all grants, ms */
+} dblock_stats;
+
+/* Copies the client's counters into *out; size is sizeof(dblock_stats) as
+ * the caller was compiled (fields are only ever appended; a smaller size
+ * gets the fields it has room for). Returns 0 or DBLOCK_EINVAL. */
+int dblock_client_stats(const dblock_client *client, dblock_stats *out,
+                        size_t size);
+
+/* Writes *s as OpenMetrics text (the Prometheus exposition format, "# EOF"
+ * last) with metric names starting "dblock_client_", for an application's
+ * /metrics page. Like snprintf: returns the length of the whole text
+ * (write nothing when size is 0), or a negative DBLOCK_E... code. */
+int dblock_stats_openmetrics(char *buf, size_t size, const dblock_stats *s);
 
 /* Name of a strategy ("insert", "for_update", "optimistic"), or NULL. */
 const char *dblock_strategy_name(dblock_strategy s);
@@ -217,6 +284,15 @@ int dblock_strategy_parse(dblock_strategy *out, const char *name);
  * receives how many were applied now. Errors: DBLOCK_EMIGRATE (an applied
  * migration differs from the one built in), DBLOCK_EPERM, DBLOCK_ECONN, ... */
 int dblock_migrate(dblock_client *client, int *applied);
+
+/* Adopts a schema that another tool (Flyway, golang-migrate: see the
+ * README) applied from dblock's shipped migrations: records as applied,
+ * with this build's checksums, each migration whose objects are all in
+ * the database — the longest run from the first — and runs none. Pending
+ * ones are left for dblock_migrate. *recorded (may be NULL) receives how
+ * many were recorded now; 0 when all were recorded already. Errors:
+ * DBLOCK_ESCHEMA (no dblock schema found to adopt), DBLOCK_EPERM, ... */
+int dblock_migrate_baseline(dblock_client *client, int *recorded);
 
 typedef struct dblock_migration_info {
   int version;           /* 1, 2, ... */
@@ -263,7 +339,8 @@ void dblock_migration_info_free(dblock_migration_info *info, size_t count);
  * non_reentrant (DBLOCK_EDEADLK at once).
  * On success *out owns a handle to pass to dblock_lock_release.
  * Errors: DBLOCK_EBUSY, DBLOCK_ETIMEOUT, DBLOCK_EDEADLK, DBLOCK_EINVAL
- * (bad name), DBLOCK_EMISMATCH, DBLOCK_ESCHEMA, DBLOCK_ECONN, DBLOCK_EPERM. */
+ * (bad name), DBLOCK_EMISMATCH, DBLOCK_ESCHEMA, DBLOCK_ECONN, DBLOCK_EPERM,
+ * DBLOCK_ECANCELED (dblock_client_cancel). */
 int dblock_lock_acquire(dblock_lock **out, dblock_client *client,
                         const char *name, int64_t wait_ms, int64_t lease_ms);
 

@@ -2,7 +2,9 @@
 # Packaging check (run by make check): `make install` into a private
 # prefix, then build a program the way the README says — with pkg-config,
 # against the shared library (found through an rpath) and against the static
-# one — and run both on SQLite. Also: libdblock.so exports only dblock_*.
+# one — and run both on SQLite. Also: libdblock.so exports only dblock_*;
+# the other tools' migration layouts and the systemd units are installed;
+# a build without the PostgreSQL and MariaDB backends works on SQLite.
 # Prints one cmocka-style tally line.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -47,6 +49,40 @@ so=$tmp/prefix/lib/libdblock.so
 extra=$(nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^dblock_' || true)
 if [ -e "$so" ] && [ -z "$extra" ]; then ok "libdblock.so exports only dblock_*"
 else ko "libdblock.so exports only dblock_*" "$extra"; fi
+# Migrations for other tools and the reaper's systemd units are installed.
+share=$tmp/prefix/share/dblock
+if [ -e "$share/migrations/flyway/postgres/V1__lock_table.sql" ] &&
+    grep -q '\${table}' "$share/migrations/flyway/postgres/V1__lock_table.sql" &&
+    [ -e "$share/migrations/golang-migrate/mysql/000003_fence_epoch.down.sql" ] &&
+    ! grep -v '^--' "$share"/migrations/golang-migrate/*/*.sql | grep -q '\${'; then
+  ok "Flyway and golang-migrate layouts installed"
+else ko "Flyway and golang-migrate layouts installed" "$(ls -R "$share/migrations" 2>&1 | head -20)"; fi
+unit=$share/systemd/dblock-reaper.service
+exe=$(sed -n 's/^ExecStart=\([^ ]*\).*/\1/p' "$unit" 2>/dev/null)
+if [ -x "$exe" ] && [ "$exe" = "$tmp/prefix/sbin/dblock-reaper" ] &&
+    grep -q '^After=network-online.target' "$unit" && grep -q '^DynamicUser=yes' "$unit" &&
+    grep -q '^OnCalendar=' "$share/systemd/dblock-reaper.timer"; then
+  ok "systemd service and timer for the reaper installed"
+else ko "systemd service and timer for the reaper installed" "ExecStart=$exe"; fi
+# Backends are optional: a build without PostgreSQL and MariaDB links no
+# client library of theirs, refuses their URLs with DBLOCK_EUNSUPPORTED
+# (exit 1, a clear message), and the demo runs on SQLite.
+src=$tmp/src
+mkdir -p "$src"
+if git ls-files >/dev/null 2>&1; then git ls-files -z | xargs -0 tar -cf - | tar -xf - -C "$src"
+else tar -cf - --exclude='./build*' . | tar -xf - -C "$src"; fi
+if (cd "$src" && make -s -j2 WITH_PG=0 WITH_MYSQL=0 lib build/dblock build/dblock-bank) \
+    >"$tmp/nodb.log" 2>&1; then
+  needed=$(readelf -d "$src/build/libdblock.so" | grep NEEDED)
+  msg=$("$src/build/dblock" --url postgres://u@127.0.0.1:1/db status x 2>&1)
+  code=$?
+  if ! echo "$needed" | grep -q 'libpq\|libmariadb\|libmysql' && [ "$code" -eq 1 ] &&
+      echo "$msg" | grep -q 'built without the backend' &&
+      "$src/build/dblock-bank" --rounds 3 >"$tmp/bank.log" 2>&1; then
+    ok "make WITH_PG=0 WITH_MYSQL=0: no client library, clear refusal, demo runs"
+  else ko "make WITH_PG=0 WITH_MYSQL=0: no client library, clear refusal, demo runs" \
+    "$needed" "exit $code: $msg" "$(tail -5 "$tmp/bank.log")"; fi
+else ko "make WITH_PG=0 WITH_MYSQL=0" "$(tail -5 "$tmp/nodb.log")"; fi
 echo "[  PASSED  ] $pass test(s)."
 [ "$fail" -eq 0 ] || echo "[  FAILED  ] $fail test(s)."
 [ "$fail" -eq 0 ]

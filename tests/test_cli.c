@@ -1186,6 +1186,206 @@ static void t_run_supervisor_killed(const char *be) {
   expect_code(&r, &c, 0);
 }
 
+/* A `dblock run --wait forever` waiting for a busy name ends on SIGINT
+ * (exit 130) and SIGTERM (exit 143) within a second, without running its
+ * command and without taking the name from its holder: polling (insert)
+ * and waiting in the server (for_update). (It used to die by the signal,
+ * leaving nothing to tell the caller it held nothing.) */
+static void t_run_wait_interrupted(const char *be) {
+  static const char *const st[] = {"insert", "for_update"};
+  static const int sigs[] = {SIGINT, SIGTERM};
+  const tu_backend *b = migrated(be);
+  for (int k = 0; k < 2; k++) {
+    const char *name = tname("intr");
+    holder h = hold(b, st[k], name, NULL, HOLD_SCRIPT);
+    for (int i = 0; i < 2; i++) {
+      const char *ran = tpath("ran");
+      cmdv c = dblock_cmd(b->url, st[k]);
+      proc p;
+      result r;
+      int64_t t0;
+      cv_addl(&c, "run", name, "--wait", "forever", "--", "sh", "-c", "touch \"$1\"", "sh", ran,
+              NULL);
+      p = start(&c);
+      tu_sleep_ms(700); /* connected and waiting */
+      if (exited(&p)) fail_msg("[%s %s] `%s` ended before the signal", be, st[k], p.cmd);
+      t0 = tu_now_ms();
+      kill(p.pid, sigs[i]);
+      r = finish(&p, 5000);
+      expect_code(&r, &c, 128 + sigs[i]);
+      if (tu_now_ms() - t0 > 1000)
+        fail_msg("[%s %s] `%s` took %lld ms to end after signal %d", be, st[k], p.cmd,
+                 (long long)(tu_now_ms() - t0), sigs[i]);
+      if (exists(ran)) fail_msg("[%s %s] `%s` ran its command after the signal", be, st[k], p.cmd);
+      if (!strstr(r.err, "interrupted"))
+        fail_msg("[%s %s] `%s`: stderr does not say it was interrupted: %s", be, st[k], p.cmd, r.err);
+    }
+    unhold(&h); /* the holder kept the name throughout */
+  }
+}
+
+/* `run --min-hold`: host A's job ends at once but keeps the name for the
+ * minimum hold, so host B's copy of the job scheduled a moment later
+ * (--wait 0, as cron jobs on several hosts) is busy and does not run;
+ * after the hold B's runs. A exits with its command's status, no sooner
+ * than the hold. (Without --min-hold B ran the job a second time.) */
+static void t_min_hold(const char *be) {
+  const tu_backend *b = migrated(be);
+  for (int s = 0; s < NSTRATEGIES; s++) {
+    const char *st = STRATEGIES[s], *name = tname("once"), *ran = tpath("ranA");
+    cmdv c = dblock_cmd(b->url, st);
+    proc pa;
+    result r;
+    cv_addl(&c, "run", name, "--wait", "0", "--min-hold", "2s", "--", "sh", "-c",
+            "touch \"$1\"; exit 7", "sh", ran, NULL);
+    pa = start(&c);
+    wait_file(ran, &pa, 15000);
+    tu_sleep_ms(200); /* A's command has ended */
+    expect_busy(b, st, name);
+    r = finish(&pa, 15000);
+    expect_code(&r, &c, 7);
+    if (r.ms < 2000) fail_msg("[%s %s] `%s` ended after %lld ms, before its 2 s minimum hold", be, st,
+                              pa.cmd, (long long)r.ms);
+    {
+      cmdv c2;
+      result r2 = try_run(b, st, name, "0", NULL, &c2);
+      expect_code(&r2, &c2, 0);
+    }
+  }
+}
+
+/* `dblock stats`: a held lock shows in the gauges, as JSON and as
+ * OpenMetrics text (the held line for its strategy, "# EOF" last). */
+static void t_stats(const char *be) {
+  const tu_backend *b = migrated(be);
+  const char *name = tname("stats");
+  holder h = hold(b, "optimistic", name, NULL, HOLD_SCRIPT);
+  cmdv c = dblock_cmd(b->url, NULL);
+  result r;
+  jv *v;
+  const jv *bys, *opt;
+  long long held, rows;
+  char *line, *end;
+  cv_addl(&c, "stats", "--json", NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  v = json_parse_or_fail(r.out, cmdline(&c));
+  rows = jint(v, "rows", r.out);
+  held = jint(v, "held", r.out);
+  if (held < 1 || rows < held || jint(v, "free", r.out) != rows - held)
+    fail_msg("`%s`: inconsistent counts: %s", cmdline(&c), r.out);
+  if (!(bys = jget(v, "by_strategy")) || !(opt = jget(bys, "optimistic")) ||
+      jint(opt, "held", r.out) < 1)
+    fail_msg("`%s`: the held optimistic lock is not counted: %s", cmdline(&c), r.out);
+  if (jint(v, "max_fence", r.out) < h.fence) fail_msg("`%s`: max_fence below %lld", cmdline(&c), h.fence);
+  c = dblock_cmd(b->url, NULL);
+  cv_addl(&c, "stats", NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  line = strstr(r.out, "dblock_locks{table=\"" TABLE "\",strategy=\"optimistic\",state=\"held\"} ");
+  if (!line || strtoll(strchr(line, '}') + 2, &end, 10) < 1 || *end != '\n')
+    fail_msg("`%s`: no held optimistic gauge >= 1 in:\n%s", cmdline(&c), r.out);
+  if (strlen(r.out) < 6 || strcmp(r.out + strlen(r.out) - 6, "# EOF\n") != 0)
+    fail_msg("`%s`: OpenMetrics text must end with # EOF:\n%s", cmdline(&c), r.out);
+  unhold(&h);
+}
+
+/* `dblock` on table t instead of the suite's. */
+static cmdv table_cmd(const tu_backend *b, const char *t) {
+  cmdv c = {{NULL}, 0};
+  cv_add(&c, tfmt("%s/dblock", tree()));
+  cv_addl(&c, "--url", b->url, "--table", t, NULL);
+  return c;
+}
+
+/* Applies golang-migrate file dir/NNNNNN_*.<dir_suffix>.sql through the
+ * test's own connection: what another migration tool would do. */
+static void apply_file(const tu_backend *b, const char *dir, int version, const char *kind) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  char prefix[16], suffix[16];
+  const char *path = NULL;
+  snprintf(prefix, sizeof prefix, "%06d_", version);
+  snprintf(suffix, sizeof suffix, ".%s.sql", kind);
+  if (!d) fail_msg("cannot open %s", dir);
+  while ((de = readdir(d)) != NULL) {
+    size_t n = strlen(de->d_name);
+    if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 && n > strlen(suffix) &&
+        strcmp(de->d_name + n - strlen(suffix), suffix) == 0)
+      path = tfmt("%s/%s", dir, de->d_name);
+  }
+  closedir(d);
+  if (!path) fail_msg("no %s%s in %s", prefix, suffix, dir);
+  tu_sql(b->url, slurp(path), NULL);
+}
+
+/* Another tool applied dblock's migrations (the golang-migrate layout,
+ * written for this table by tools/export-migrations.sh, as `make` does for
+ * the default one): `migrate --baseline` adopts what is there without
+ * running it, `migrate` applies the rest, and locks work. On an empty
+ * database --baseline refuses (exit 1) and creates nothing. The downs undo
+ * everything. (Before, `dblock migrate` failed on such a schema: "table
+ * already exists".) */
+static void t_baseline(const char *be) {
+  const tu_backend *b = backend(be, NULL);
+  const char *t = tfmt("bl_%d_%d", (int)getpid(), ++g_seq), *dir = tpath("mig");
+  const char *gm = tfmt("%s/golang-migrate/%s", dir, be);
+  cmdv c;
+  result r;
+  jv *v;
+  int rc;
+  rc = system(tfmt("sh tools/export-migrations.sh migrations '%s' '%s' >/dev/null", dir, t));
+  if (rc != 0) fail_msg("tools/export-migrations.sh failed (%d)", rc);
+  if (!exists(tfmt("%s/flyway/%s/V1__lock_table.sql", dir, be)))
+    fail_msg("no Flyway layout under %s", dir);
+  c = table_cmd(b, t);
+  cv_addl(&c, "migrate", "--baseline", NULL);
+  r = run(&c, 30000);
+  expect_code(&r, &c, 1);
+  if (!strstr(r.err, "dblock migrate")) fail_msg("`%s`: unclear error: %s", cmdline(&c), r.err);
+  c = table_cmd(b, t);
+  cv_addl(&c, "migrate", "--status", "--json", NULL);
+  r = run(&c, 30000);
+  expect_code(&r, &c, 0);
+  if (strstr(r.out, "true")) fail_msg("`%s`: a refused baseline recorded something: %s", cmdline(&c), r.out);
+
+  apply_file(b, gm, 1, "up");
+  apply_file(b, gm, 2, "up");
+  c = table_cmd(b, t);
+  cv_addl(&c, "migrate", "--baseline", NULL);
+  r = run(&c, 30000);
+  expect_code(&r, &c, 0);
+  if (strncmp(r.out, "recorded 2 migrations", 21) != 0)
+    fail_msg("`%s`: expected 2 recorded: %s", cmdline(&c), r.out);
+  c = table_cmd(b, t);
+  cv_addl(&c, "migrate", "--status", "--json", NULL);
+  r = run(&c, 30000);
+  expect_code(&r, &c, 0);
+  v = json_parse_or_fail(r.out, cmdline(&c));
+  if (v->type != J_ARR || v->n != 3 || !jbool(&v->items[0], "applied", r.out) ||
+      !jbool(&v->items[1], "applied", r.out) || jbool(&v->items[2], "applied", r.out) ||
+      !jbool(&v->items[0], "checksum_ok", r.out))
+    fail_msg("`%s`: expected 1, 2 applied (checksums ok) and 3 pending: %s", cmdline(&c), r.out);
+  c = table_cmd(b, t);
+  cv_add(&c, "migrate");
+  r = run(&c, 30000);
+  expect_code(&r, &c, 0);
+  if (strncmp(r.out, "applied 1 migration", 19) != 0)
+    fail_msg("`%s`: expected the one pending migration applied: %s", cmdline(&c), r.out);
+  c = table_cmd(b, t);
+  cv_addl(&c, "run", "--wait", "0", "baseline-job", "--", "true", NULL);
+  r = run(&c, 30000);
+  expect_code(&r, &c, 0);
+  /* the downs, newest first, leave no lock table */
+  for (int k = 3; k >= 1; k--) apply_file(b, gm, k, "down");
+  c = table_cmd(b, t);
+  cv_addl(&c, "status", "baseline-job", NULL);
+  r = run(&c, 30000);
+  expect_code(&r, &c, 1);
+  if (!strstr(r.err, "migrate")) fail_msg("`%s`: after the downs: %s", cmdline(&c), r.err);
+  tu_sql(b->url, tfmt("DROP TABLE %s_migrations", t), NULL);
+}
+
 /* No database connection of the supervisor leaks into the command. */
 static void t_run_no_socket(const char *be) {
   const tu_backend *b = migrated(be);
@@ -1666,6 +1866,10 @@ PER_BACKEND_STRATEGY(force_unlock, postgres)
 PER_BACKEND_STRATEGY(force_unlock, mysql)
 PER_BACKEND(run_group_lost)
 PER_BACKEND(run_supervisor_killed)
+PER_BACKEND(run_wait_interrupted)
+PER_BACKEND(min_hold)
+PER_BACKEND(stats)
+PER_BACKEND(baseline)
 static void test_run_no_socket_postgres(void **s) {
   (void)s;
   t_run_no_socket("postgres");
@@ -1790,6 +1994,18 @@ int main(void) {
       T(test_run_supervisor_killed_sqlite),
       T(test_run_supervisor_killed_postgres),
       T(test_run_supervisor_killed_mysql),
+      T(test_run_wait_interrupted_sqlite),
+      T(test_run_wait_interrupted_postgres),
+      T(test_run_wait_interrupted_mysql),
+      T(test_min_hold_sqlite),
+      T(test_min_hold_postgres),
+      T(test_min_hold_mysql),
+      T(test_stats_sqlite),
+      T(test_stats_postgres),
+      T(test_stats_mysql),
+      T(test_baseline_sqlite),
+      T(test_baseline_postgres),
+      T(test_baseline_mysql),
       T(test_run_no_socket_postgres),
       T(test_run_no_socket_mysql),
       T(test_list_json_sqlite),

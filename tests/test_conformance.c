@@ -7,6 +7,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,6 +323,96 @@ static void test_try_timed_blocking(void **s) {
   dblock_client_free(a);
   dblock_client_free(b);
   dblock_client_free(c);
+}
+
+/* ---- cancellation ---- */
+
+static dblock_client *volatile g_cancel_target;
+static void cancel_handler(int sig) {
+  (void)sig;
+  dblock_client_cancel(g_cancel_target);
+}
+
+typedef struct cwaiter {
+  dblock_client *c;
+  const char *name;
+  int rc;
+  atomic_llong ret_at;
+} cwaiter;
+
+static void *cancel_waiter(void *arg) {
+  cwaiter *w = arg;
+  dblock_lock *l = NULL;
+  w->rc = dblock_lock_acquire(&l, w->c, w->name, -1, 0);
+  atomic_store(&w->ret_at, (long long)tu_now_ms());
+  if (w->rc == 0) dblock_lock_release(l);
+  return NULL;
+}
+
+/* One blocked acquire on b (waiting forever for a held name) cancelled
+ * by another thread, or by a SIGINT handler running on the waiting thread
+ * itself: it returns DBLOCK_ECANCELED within 100 ms; the cancel stays
+ * until cleared (a new acquire returns at once), and after the clear b
+ * waits again as before (busy). */
+static void cancel_one(dblock_client *b, const char *name, int by_signal) {
+  cwaiter w = {b, name, -99, 0};
+  pthread_t th;
+  int64_t t0, el;
+  dblock_lock *l = NULL;
+  assert_int_equal(pthread_create(&th, NULL, cancel_waiter, &w), 0);
+  tu_sleep_ms(300); /* connected and waiting (polling, or in the server) */
+  assert_int_equal(atomic_load(&w.ret_at), 0);
+  t0 = tu_now_ms();
+  if (by_signal) assert_int_equal(pthread_kill(th, SIGINT), 0);
+  else assert_int_equal(dblock_client_cancel(b), 0);
+  pthread_join(th, NULL);
+  el = atomic_load(&w.ret_at) - t0;
+  if (w.rc != DBLOCK_ECANCELED)
+    fail_msg("cancelled acquire (%s) returned %d: %s", by_signal ? "signal" : "thread", w.rc,
+             tu_errmsg(b));
+  print_message("cancel %s/%s by %s: returned after %lld ms\n", cur.backend,
+                dblock_strategy_name(cur.strategy), by_signal ? "SIGINT handler" : "thread",
+                (long long)el);
+  if (el > 100) fail_msg("cancelled acquire returned %lld ms after the cancel", (long long)el);
+  t0 = tu_now_ms();
+  assert_int_equal(dblock_lock_acquire(&l, b, name, -1, 0), DBLOCK_ECANCELED);
+  assert_true(tu_now_ms() - t0 < 100);
+  assert_int_equal(dblock_client_cancel_clear(b), 0);
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+}
+
+static void test_cancel(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("cancel");
+  dblock_lock *l, *lb;
+  struct sigaction sa, old;
+  (void)s;
+  assert_int_equal(dblock_client_cancel(NULL), DBLOCK_EINVAL);
+  l = tu_acquire(a, name, 0, 0);
+  g_cancel_target = b;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = cancel_handler; /* no SA_RESTART: as a program's ^C handler */
+  sigemptyset(&sa.sa_mask);
+  assert_int_equal(sigaction(SIGINT, &sa, &old), 0);
+  cancel_one(b, name, 0);
+  cancel_one(b, name, 1);
+  sigaction(SIGINT, &old, NULL);
+  /* The holder was never disturbed; after it releases, b gets the name. */
+  assert_int_equal(dblock_lock_is_lost(l), 0);
+  must_release(l);
+  lb = tu_acquire(b, name, 2000, 0);
+  must_release(lb);
+  {
+    /* b's counters: 2 cancelled waits + 2 refused while cancelled, 2
+     * busy tries, then 1 grant that had to wait (or not) */
+    dblock_stats st;
+    assert_int_equal(dblock_client_stats(b, &st, sizeof st), 0);
+    assert_int_equal(st.cancelled, 4);
+    assert_int_equal(st.busy, 2);
+    assert_int_equal(st.grants, 1);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
 }
 
 /* Clause 7: the watchdog keeps a lock alive for 3x its lease. */
@@ -677,6 +768,7 @@ int main(void) {
       cmocka_unit_test(test_waiter_after_row_deleted),
       cmocka_unit_test(test_holder_killed),
       cmocka_unit_test(test_try_timed_blocking),
+      cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_watchdog_keeps_lock),
       cmocka_unit_test(test_lost_callback_on_force_unlock),
       cmocka_unit_test(test_lost_after_expiry_takeover),

@@ -381,6 +381,34 @@ static void *hammer_main(void *arg) {
   return NULL;
 }
 
+/* A log hook that keeps what it was told (level and text), for
+ * asserting on it. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[16384];
+static void log_keep(int level, const char *msg, void *arg) {
+  size_t n;
+  (void)arg;
+  pthread_mutex_lock(&log_mu);
+  n = strlen(log_text);
+  snprintf(log_text + n, sizeof log_text - n, "%d %s\n", level, msg);
+  pthread_mutex_unlock(&log_mu);
+}
+static int logged(int level, const char *part) {
+  char want[64], *p;
+  int found = 0;
+  snprintf(want, sizeof want, "%d ", level);
+  pthread_mutex_lock(&log_mu);
+  for (p = log_text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+    char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    char line[1024];
+    snprintf(line, sizeof line, "%.*s", (int)len, p);
+    if (strncmp(line, want, strlen(want)) == 0 && strstr(line, part)) found = 1;
+  }
+  pthread_mutex_unlock(&log_mu);
+  return found;
+}
+
 static void restart_server(void) {
   const char *cmd = getenv(is("postgres") ? "DBLOCK_TEST_PG_RESTART" : "DBLOCK_TEST_MY_RESTART");
   assert_non_null(cmd);
@@ -396,12 +424,25 @@ static void restart_server(void) {
  * work again without being reopened. */
 static void test_server_restart(void **s) {
   const char *name = tu_name("restart"), *other = tu_name("restart-other");
-  dblock_client *a = open_on(cur.url, 10000), *b = open_on(cur.url, 10000);
+  dblock_client *a, *b = open_on(cur.url, 10000);
   dblock_lock *la, *lb, *lo;
   int64_t max_before = 0;
   hammer hm = {.c = NULL};
   pthread_t th;
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_stats st;
   (void)s;
+  /* A logs at INFO into log_text: the restart must show up there as a
+   * lost connection and a reconnect (and, for_update, as the loss). */
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.lease_ms = 10000;
+  o.on_lost = tu_on_lost;
+  o.connect_timeout_ms = 2000;
+  o.log = log_keep;
+  o.log_level = DBLOCK_LOG_INFO;
+  log_text[0] = 0;
+  a = tu_open_opts(cur.url, &o);
   atomic_store(&tu_lost_calls, 0);
   for (int i = 0; i < 3; i++) { /* a few grants to have fences before */
     dblock_lock *t = tu_acquire(b, tu_name("before"), 0, 0);
@@ -440,6 +481,26 @@ static void test_server_restart(void **s) {
   lo = tu_acquire(a, other, 0, 0); /* A works again, same client */
   assert_true(dblock_lock_fence(lo) > max_before);
   assert_int_equal(dblock_lock_release(lo), 0);
+  /* What A's log hook and counters saw of the restart. */
+  if (!logged(DBLOCK_LOG_INFO, "was lost or cut") || !logged(DBLOCK_LOG_INFO, "reconnected to"))
+    fail_msg("A's log hook did not see the connection lost and the reconnect:\n%s", log_text);
+  {
+    /* the URL's password (postgres://user:PASSWORD@host...) is nowhere */
+    const char *at = strchr(cur.url, '@'), *colon = strchr(cur.url + strlen("mysql://"), ':');
+    char pw[128];
+    assert_true(at && colon && colon < at);
+    snprintf(pw, sizeof pw, "%.*s", (int)(at - colon - 1), colon + 1);
+    if (strlen(pw) >= 6 && strstr(log_text, pw))
+      fail_msg("a log message shows the password:\n%s", log_text);
+  }
+  if (!leased() && !logged(DBLOCK_LOG_WARNING, "lost"))
+    fail_msg("A's log hook was not told of the lost lock:\n%s", log_text);
+  assert_int_equal(dblock_client_stats(a, &st, sizeof st), 0);
+  if (st.disconnects < 1 || st.connects < 2 || st.grants < 2)
+    fail_msg("A's counters: %llu connects, %llu disconnects, %llu grants",
+             (unsigned long long)st.connects, (unsigned long long)st.disconnects,
+             (unsigned long long)st.grants);
+  assert_int_equal(st.losses, leased() ? 0 : 1);
   assert_int_equal(dblock_lock_release(lb), 0);
   /* the hammer's client recovers too (on a new name: a release cut by the
    * restart may have left hm.name held until its lease ends) */

@@ -166,6 +166,9 @@ static void test_bad_options(void **state) {
     assert_non_null(strstr(ei.message, "table name"));
   }
   o.table = NULL;
+  o.log_level = 7; /* no such level */
+  assert_int_equal(dblock_client_open(&c, "sqlite:///tmp/never-created.db", &o), DBLOCK_EINVAL);
+  o.log_level = 0;
   o.version = 99;
   assert_int_equal(dblock_client_open(&c, "sqlite:///tmp/never-created.db", &o), DBLOCK_EINVAL);
   assert_int_equal(access("/tmp/never-created.db", F_OK), -1);
@@ -173,9 +176,49 @@ static void test_bad_options(void **state) {
 
 static void test_strerror_covers_codes(void **state) {
   (void)state;
-  for (int code = 0; code >= DBLOCK_EREPLICA; code--)
+  for (int code = 0; code >= DBLOCK_ECANCELED; code--)
     assert_string_not_equal(dblock_strerror(code), "unknown error");
   assert_string_equal(dblock_strerror(-999), "unknown error");
+}
+
+/* Counters as OpenMetrics text: every counter with its _total sample,
+ * cumulative histogram buckets ending in +Inf, "# EOF" last; sized like
+ * snprintf (size 0 gives the length, a short buffer is cut but
+ * terminated). Bad arguments: DBLOCK_EINVAL. */
+static void test_stats_openmetrics(void **state) {
+  dblock_stats st;
+  char buf[4096], small[32];
+  int n;
+  (void)state;
+  memset(&st, 0, sizeof st);
+  st.grants = 7;
+  st.losses = 2;
+  st.wait_ms[0] = 5;
+  st.wait_ms[2] = 1;
+  st.wait_ms[DBLOCK_STATS_WAIT_BUCKETS - 1] = 1;
+  n = dblock_stats_openmetrics(NULL, 0, &st);
+  assert_true(n > 0 && n < (int)sizeof buf);
+  assert_int_equal(dblock_stats_openmetrics(buf, sizeof buf, &st), n);
+  assert_int_equal((int)strlen(buf), n);
+  assert_non_null(strstr(buf, "# TYPE dblock_client_grants counter\n"));
+  assert_non_null(strstr(buf, "\ndblock_client_grants_total 7\n"));
+  assert_non_null(strstr(buf, "\ndblock_client_losses_total 2\n"));
+  st.wait_ms_sum = 1234;
+  n = dblock_stats_openmetrics(NULL, 0, &st);
+  assert_int_equal(dblock_stats_openmetrics(buf, sizeof buf, &st), n);
+  assert_non_null(strstr(buf, "dblock_client_wait_seconds_bucket{le=\"0.001\"} 5\n"));
+  assert_non_null(strstr(buf, "dblock_client_wait_seconds_bucket{le=\"1.0\"} 6\n"));
+  assert_non_null(strstr(buf, "dblock_client_wait_seconds_sum 1.234\n"));
+  assert_non_null(strstr(buf, "dblock_client_wait_seconds_bucket{le=\"0.1\"} 6\n"));
+  assert_non_null(strstr(buf, "dblock_client_wait_seconds_bucket{le=\"+Inf\"} 7\n"));
+  assert_non_null(strstr(buf, "dblock_client_wait_seconds_count 7\n"));
+  assert_string_equal(buf + n - 6, "# EOF\n");
+  assert_int_equal(dblock_stats_openmetrics(small, sizeof small, &st), n);
+  assert_int_equal((int)strlen(small), (int)sizeof small - 1);
+  assert_int_equal(dblock_stats_openmetrics(buf, sizeof buf, NULL), DBLOCK_EINVAL);
+  assert_int_equal(dblock_client_stats(NULL, &st, sizeof st), DBLOCK_EINVAL);
+  assert_int_equal(dblock_client_cancel(NULL), DBLOCK_EINVAL);
+  assert_int_equal(dblock_client_cancel_clear(NULL), DBLOCK_EINVAL);
 }
 
 int main(void) {
@@ -185,6 +228,7 @@ int main(void) {
       cmocka_unit_test(test_sqlite_paths),      cmocka_unit_test(test_bad_urls),
       cmocka_unit_test(test_public_api_bad_url), cmocka_unit_test(test_bad_options),
       cmocka_unit_test(test_strerror_covers_codes), cmocka_unit_test(test_host_list),
+      cmocka_unit_test(test_stats_openmetrics),
   };
   return cmocka_run_group_tests_name("url", tests, NULL, NULL);
 }

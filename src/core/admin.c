@@ -427,6 +427,8 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
      * colliding in lockstep. */
     if (rc == DBLOCK_ERETRY && ++retries < 50) {
       struct timespec pause = {0, (long)(1 + rand_r(&seed) % 20) * 1000000L};
+      dbl_log(cl, DBLOCK_LOG_INFO, "reap: batch rolled back as a deadlock victim; retry %d of 49",
+              retries);
       nanosleep(&pause, NULL);
       continue;
     }

@@ -346,6 +346,9 @@ static int pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
   }
   cl->all[cl->nall++] = pc;
   pthread_mutex_unlock(&cl->mu);
+  DBL_COUNT(cl, connects);
+  if (atomic_exchange(&cl->reconnect_note, 0))
+    dbl_log(cl, DBLOCK_LOG_INFO, "reconnected to %s after a lost connection", cl->url.redacted);
   *out = pc;
   return 0;
 }
@@ -355,6 +358,20 @@ static int pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
  * calls open fresh ones instead of each failing once on a dead socket. */
 static void pool_close(dblock_client *cl, dbl_pconn *pc) {
   dbl_pconn *stale = NULL;
+  int closing, cut;
+  pthread_mutex_lock(&cl->mu);
+  closing = cl->closing;
+  cut = pc->interrupted;
+  pthread_mutex_unlock(&cl->mu);
+  /* (dblock_client_free cuts what is in flight: not a failure to tell.) */
+  if (!closing && (cl->drv->broken(pc->c) || cut)) {
+    DBL_COUNT(cl, disconnects);
+    if (!atomic_exchange(&cl->reconnect_note, 1))
+      dbl_log(cl, DBLOCK_LOG_INFO,
+              "a connection to %s was lost or cut (server restart, network, or a call past "
+              "its time limit); the next call reconnects",
+              cl->url.redacted);
+  }
   if (cl->drv->broken(pc->c)) {
     pthread_mutex_lock(&cl->mu);
     stale = cl->idle;
@@ -463,6 +480,10 @@ void dbl_pool_discard(dblock_client *cl, dbl_pconn *pc) {
   if (pc) pool_close(cl, pc);
 }
 
+void dbl_pool_discard_cancelled(dblock_client *cl, dbl_pconn *pc) {
+  if (pc) pool_close_one(cl, pc);
+}
+
 void dbl_pool_return(dblock_client *cl, dbl_pconn *pc, int rc) {
   if (rc == DBLOCK_ECONN || (pc && cl->drv->broken(pc->c))) dbl_pool_discard(cl, pc);
   else dbl_pool_put(cl, pc);
@@ -542,6 +563,7 @@ static int fill_options(dblock_client *cl, const dblock_options *o) {
     /* An older caller's struct ends before the fields of later versions. */
     if (o->version == 1) memcpy(&d, o, offsetof(dblock_options, call_timeout_ms));
     else if (o->version == 2) memcpy(&d, o, offsetof(dblock_options, read_only));
+    else if (o->version == 3) memcpy(&d, o, offsetof(dblock_options, log_level));
     else d = *o;
   }
   if (d.strategy == DBLOCK_STRATEGY_DEFAULT) d.strategy = DBLOCK_STRATEGY_INSERT;
@@ -563,6 +585,9 @@ static int fill_options(dblock_client *cl, const dblock_options *o) {
   if (d.call_timeout_ms < 100)
     return dbl_failf(cl, DBLOCK_EINVAL, "call_timeout_ms must be at least 100");
   if (!d.pool_size) d.pool_size = 4;
+  if (!d.log_level) d.log_level = DBLOCK_LOG_WARNING;
+  if (d.log_level < DBLOCK_LOG_WARNING || d.log_level > DBLOCK_LOG_INFO)
+    return dbl_failf(cl, DBLOCK_EINVAL, "log_level must be DBLOCK_LOG_WARNING or DBLOCK_LOG_INFO");
   if (d.table && !check_table(d.table))
     return dbl_failf(cl, DBLOCK_EINVAL,
                      "bad table name: use lowercase letters, digits and '_' "
@@ -586,15 +611,15 @@ int dbl_read_only(dblock_client *cl) {
                    "locks but takes, releases and changes none");
 }
 
-/* Tells the log hook (or stderr) one warning. */
-void dbl_warn(dblock_client *cl, const char *fmt, ...) {
+void dbl_log(dblock_client *cl, int level, const char *fmt, ...) {
   char msg[768];
   va_list ap;
+  if (level > cl->opts.log_level) return;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (cl->opts.log) cl->opts.log(DBLOCK_LOG_WARNING, msg, cl->opts.log_arg);
-  else fprintf(stderr, "dblock: warning: %s\n", msg);
+  if (cl->opts.log) cl->opts.log(level, msg, cl->opts.log_arg);
+  else fprintf(stderr, "dblock: %s: %s\n", level <= DBLOCK_LOG_WARNING ? "warning" : "info", msg);
 }
 
 struct open_cut { const dbl_driver *drv; dbl_pconn *pc; };
@@ -666,14 +691,26 @@ int dblock_client_open(dblock_client **out, const char *url,
     pthread_cond_init(&cl->work, &ca);
     pthread_condattr_destroy(&ca);
   }
+  if (dbl_cancel_init(cl) != 0) {
+    rc = dbl_failf(cl, DBLOCK_ENOMEM, "cannot create the cancel pipe: out of descriptors?");
+    goto err;
+  }
   if ((rc = fill_options(cl, opts)) != 0) goto err;
   if ((rc = dbl_url_parse(&cl->url, url, why, sizeof why)) != 0) {
     rc = dbl_failf(cl, rc, "%s", rc == DBLOCK_ENOMEM ? "out of memory" : why);
     goto err;
   }
   if (!(cl->drv = dbl_driver_for(&cl->url))) {
-    rc = dbl_failf(cl, DBLOCK_EUNSUPPORTED, "backend of '%s' is not built in",
-                   cl->url.redacted);
+    static const char *const how[] = {
+        [DBL_B_PG] = "PostgreSQL: make WITH_PG=1, with libpq-dev",
+        [DBL_B_MY] = "MySQL/MariaDB: make WITH_MYSQL=1, with libmariadb-dev",
+        [DBL_B_LITE] = "SQLite: make WITH_SQLITE=1, with libsqlite3-dev"};
+    rc = dbl_failf(cl, DBLOCK_EUNSUPPORTED,
+                   "this libdblock was built without the backend of '%s' (%s)",
+                   cl->url.redacted,
+                   cl->url.backend > DBL_B_NONE && cl->url.backend <= DBL_B_LITE
+                       ? how[cl->url.backend]
+                       : "unknown backend");
     goto err;
   }
   switch (cl->opts.strategy) {
@@ -739,6 +776,7 @@ void dblock_client_free(dblock_client *cl) {
     pool_close(cl, pc);
   }
   for (int i = 0; i < cl->nsql; i++) free(cl->sql[i].sql);
+  dbl_cancel_close(cl);
   dbl_url_free(&cl->url);
   free(cl->all);
   pthread_cond_destroy(&cl->cv);

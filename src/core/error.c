@@ -30,6 +30,7 @@ const char *dblock_strerror(int code) {
   case DBLOCK_EUNSUPPORTED: return "not supported by this build or backend";
   case DBLOCK_EDB: return "database error";
   case DBLOCK_EREPLICA: return "connected to a read-only replica";
+  case DBLOCK_ECANCELED: return "cancelled";
   default: return "unknown error";
   }
 }

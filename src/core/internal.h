@@ -6,6 +6,7 @@
 #define DBLOCK_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "../drivers/driver.h"
@@ -25,6 +26,7 @@ typedef struct dbl_pconn {
    * interrupted says it was cut: the connection is never reused. */
   int64_t call_deadline_ms;
   int interrupted;
+  atomic_int cancel_cut; /* dblock_client_cancel shut it down (cancel.c) */
   struct dbl_pconn *next;
 } dbl_pconn;
 
@@ -68,6 +70,9 @@ typedef struct dbl_sql_entry {
 #define DBL_SQL_CACHE 64
 enum { LOST_UNTOLD = 0, LOST_TELLING, LOST_TOLD };
 #define DBL_MAX_WORKERS 16
+/* Acquires blocked in the server that one cancel can reach at once (more
+ * wait in pieces of at most CANCEL_PIECE_MS: see lock.c). */
+#define DBL_CANCEL_SLOTS 64
 
 struct dblock_client {
   const dbl_driver *drv;
@@ -109,13 +114,38 @@ struct dblock_client {
   int nsql;
 
   dblock_error_info last;
+
+  /* dblock_client_stats (stats.c): relaxed atomic counters, bumped where
+   * the events happen (DBL_COUNT). reconnect_note: a connection broke, so
+   * the next one opened is a reconnect worth logging. */
+  struct {
+    atomic_ullong grants, busy, timeouts, cancelled, failures, waited, renewals,
+        renewal_failures, losses, connects, disconnects, wait_ms_sum;
+    atomic_ullong wait_ms[DBLOCK_STATS_WAIT_BUCKETS];
+  } stats;
+  atomic_int reconnect_note;
+
+  /* dblock_client_cancel (cancel.c): the flag, a pipe that is readable
+   * while it is set, and the connections of acquires blocked in the
+   * server. Lock-free: a signal handler writes them. */
+  atomic_int cancelled;
+  int cancel_fd[2];
+  _Atomic uintptr_t cancel_slot[DBL_CANCEL_SLOTS];
 };
 
 /* The refusal of a write by a read_only client (DBLOCK_EPERM). */
 int dbl_read_only(dblock_client *cl);
 
-/* Tells the client's log hook (default: stderr) one warning. */
-void dbl_warn(dblock_client *cl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Tells the client's log hook (default: stderr) one message of level
+ * DBLOCK_LOG_..., if the client logs that level. Never call it with mu
+ * held: the hook is the user's code. dbl_warn: at DBLOCK_LOG_WARNING. */
+void dbl_log(dblock_client *cl, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define dbl_warn(cl, ...) dbl_log((cl), DBLOCK_LOG_WARNING, __VA_ARGS__)
+
+/* Counts one event in cl->stats.field; and a grant's wait time. */
+#define DBL_COUNT(cl, field) atomic_fetch_add_explicit(&(cl)->stats.field, 1, memory_order_relaxed)
+void dbl_count_wait(dblock_client *cl, int64_t ms);
 
 /* Records err as the client's and the thread's last error; returns code. */
 int dbl_fail(dblock_client *cl, const dbl_err *e);
@@ -150,6 +180,9 @@ int dbl_pool_get_by(dblock_client *cl, dbl_pconn **out, int txn,
                     int64_t deadline_ms, dbl_err *e);
 /* Closes a connection that must not be reused (state unknown). */
 void dbl_pool_discard(dblock_client *cl, dbl_pconn *pc);
+/* Closes a connection a cancel may have cut: not a sign that the server
+ * or the network failed (no log, not counted, idle siblings kept). */
+void dbl_pool_discard_cancelled(dblock_client *cl, dbl_pconn *pc);
 /* Puts pc back after a call that returned rc, or closes it when that call
  * lost the connection (DBLOCK_ECONN) or it is broken. */
 void dbl_pool_return(dblock_client *cl, dbl_pconn *pc, int rc);
@@ -209,6 +242,21 @@ void dbl_mark_lost(dblock_client *cl, struct dbl_held *h);
 
 /* Renews a claimed entry once: 0, DBLOCK_ELOST, or an unknown outcome. */
 int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e);
+
+/* Cancellation (cancel.c). init makes the pipe (DBLOCK_ENOMEM when it
+ * cannot); dbl_cancelled says whether acquires are being cancelled;
+ * dbl_cancel_watch registers pc, about to wait in the server, so a cancel
+ * can wake it (the slot, or -1 when none is free or the driver cannot be
+ * woken: the caller then waits in short pieces), and unwatch takes it back
+ * and returns 1 if a cancel cut pc meanwhile (or acquires are cancelled):
+ * the caller must then discard pc (dbl_pool_discard_cancelled).
+ * dbl_cancel_sleep sleeps us microseconds or until a cancel. */
+int dbl_cancel_init(dblock_client *cl);
+void dbl_cancel_close(dblock_client *cl);
+int dbl_cancelled(dblock_client *cl);
+int dbl_cancel_watch(dblock_client *cl, dbl_pconn *pc);
+int dbl_cancel_unwatch(dblock_client *cl, int slot, dbl_pconn *pc);
+void dbl_cancel_sleep(dblock_client *cl, int64_t us);
 
 /* Reaper thread. */
 int dbl_reaper_start(dblock_client *cl);

@@ -22,12 +22,6 @@ static uint64_t jitter_rand(void) {
   return s;
 }
 
-static void sleep_us(int64_t us) {
-  struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 /* FNV-1a of a name, for the optimistic version-hint cache. */
 static uint64_t name_hash(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -51,6 +45,10 @@ static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
   cl->vcache[i].version = version;
   pthread_mutex_unlock(&cl->mu);
 }
+
+/* The longest piece of a server-side wait that a cancel cannot reach
+ * directly (no cancel slot free): the acquire loop looks between pieces. */
+#define CANCEL_PIECE_MS 100
 
 /* How long a polling waiter keeps its backoff short (see the wait loop). */
 #define FAST_PHASE_MS 2000
@@ -122,7 +120,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
                    int attempt_no, int64_t wait_ms, uint64_t hash, dbl_err *e) {
   dbl_pconn *pc;
   dbl_op op;
-  int rc, pins = cl->strat->pins_connection;
+  int rc, pins = cl->strat->pins_connection, slot = -1;
   int64_t sent;
   if ((rc = dbl_pool_get_by(cl, &pc, pins, 0, e)) != 0) return rc;
   /* Polling strategies never mean to wait in the server; a row lock held
@@ -135,13 +133,33 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
     dbl_pool_put(cl, pc);
     return rc;
   }
-  rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, &sent, e);
+  /* A wait in the server is where a cancel must reach in: register the
+   * connection with dblock_client_cancel (or, with no slot free, wait in
+   * short pieces and let the loop look at the flag between them). */
+  if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 && wait_ms > CANCEL_PIECE_MS)
+    wait_ms = CANCEL_PIECE_MS;
+  /* (A cancel that came before the registration found no slot: look at
+   * the flag after it — one side always sees the other.) */
+  if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
+  else rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, &sent, e);
   /* The server may have lost unflushed state since the epoch was vouched
    * for (a crash, a promotion): bump it durably and ask again, once. */
-  if (rc != 0 && dbl_no_epoch(e)) {
+  if (rc != 0 && rc != DBLOCK_ECANCELED && dbl_no_epoch(e) && !dbl_cancelled(cl)) {
     dbl_call_bound(cl, pc, 0); /* not the lease's window: nothing is granted */
-    if ((rc = dbl_call_check(cl, pc, dbl_epoch_bump(cl, pc, e), e)) == 0)
+    if ((rc = dbl_call_check(cl, pc, dbl_epoch_bump(cl, pc, e), e)) == 0) {
+      dbl_log(cl, DBLOCK_LOG_INFO,
+              "the server may have lost unflushed state (crash-restart or promotion): "
+              "fencing epoch advanced");
       rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, &sent, e);
+    }
+  }
+  if (dbl_cancel_unwatch(cl, slot, pc)) {
+    /* The cancel may have cut this connection, even after a grant came
+     * back: closing it ends the session, and with it any row lock it took
+     * (only the strategies that wait in the server are watched, and they
+     * hold their lock through the session). */
+    dbl_pool_discard_cancelled(cl, pc);
+    return DBLOCK_ECANCELED;
   }
   /* A server-side lock wait that ran out (PostgreSQL lock_timeout, MySQL
    * max_statement_time) means the row was locked by someone else, and a
@@ -185,6 +203,11 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   if (!out || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
   *out = NULL;
   if (cl->opts.read_only) return dbl_read_only(cl);
+  if (dbl_cancelled(cl)) {
+    DBL_COUNT(cl, cancelled);
+    return dbl_failf(cl, DBLOCK_ECANCELED, "acquire of '%s' cancelled (dblock_client_cancel)",
+                     name ? name : "(null)");
+  }
   if ((rc = dbl_check_name(cl, name)) != 0) return rc;
   if (lease_ms < 0) return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms is negative");
   if (lease_ms > 0 && lease_ms < 100)
@@ -222,6 +245,8 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     mine->holds++;
     mine->handles++;
     pthread_mutex_unlock(&cl->mu);
+    DBL_COUNT(cl, grants);
+    dbl_count_wait(cl, 0);
     free(h);
     l->held = mine;
     *out = l;
@@ -245,6 +270,10 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   cap_ms = cl->opts.backoff_min_ms;
   for (;;) {
     int64_t server_wait = 0;
+    if (dbl_cancelled(cl)) {
+      rc = DBLOCK_ECANCELED;
+      break;
+    }
     if (cl->strat->pins_connection) {
       /* A wait in the server is asked for in pieces of at most the call
        * limit (waiting forever too), so each piece's call is bounded. */
@@ -275,7 +304,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
       if (now - started < FAST_PHASE_MS && limit > 8 * cl->opts.backoff_min_ms)
         limit = 8 * cl->opts.backoff_min_ms;
       if (wait_ms > 0 && us > (deadline - now) * 1000) us = (deadline - now) * 1000;
-      if (us > 0) sleep_us(us);
+      if (us > 0) dbl_cancel_sleep(cl, us);
       cap_ms = cap_ms * 2 > limit ? limit : cap_ms * 2;
     }
   }
@@ -286,11 +315,17 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     pthread_mutex_unlock(&cl->mu);
     free(h);
     free(l);
+    if (rc == DBLOCK_EBUSY) DBL_COUNT(cl, busy);
+    else if (rc == DBLOCK_ETIMEOUT) DBL_COUNT(cl, timeouts);
+    else if (rc == DBLOCK_ECANCELED) DBL_COUNT(cl, cancelled);
+    else DBL_COUNT(cl, failures);
     if (rc == DBLOCK_EBUSY)
       return dbl_failf(cl, rc, "lock '%s' is held by another owner", name);
     if (rc == DBLOCK_ETIMEOUT)
       return dbl_failf(cl, rc, "timed out after %lld ms waiting for lock '%s'",
                        (long long)wait_ms, name);
+    if (rc == DBLOCK_ECANCELED)
+      return dbl_failf(cl, rc, "acquire of '%s' cancelled (dblock_client_cancel)", name);
     if (rc == DBLOCK_EMISMATCH && !e.msg[0])
       return dbl_failf(cl, rc, "lock '%s' is managed by another strategy than '%s'",
                        name, cl->strat->name);
@@ -329,6 +364,9 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   if (!h->auto_renew) due = h->lost_at_ms;
   else if (h->lost_at_ms && h->lost_at_ms < due) due = h->lost_at_ms;
   pthread_mutex_unlock(&cl->mu);
+  DBL_COUNT(cl, grants);
+  if (tries > 1) DBL_COUNT(cl, waited);
+  dbl_count_wait(cl, dbl_mono_ms() - started);
   if (mine && h != mine) dbl_mark_lost(cl, mine);
   if (due) dbl_watchdog_kick(cl, due);
   l->held = h;

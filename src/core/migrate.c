@@ -183,6 +183,154 @@ static void unlock_migrations(dblock_client *cl, dbl_conn *c, int ok) {
   }
 }
 
+/* ---- Baseline: adopting a schema another tool applied ---- */
+
+/* What each migration leaves in the database, as queries whose first
+ * value is 0 when it is not there. Catalog queries first, so that none can
+ * fail on a missing object (each statement runs only when the ones before
+ * it found something): they run inside the migration transaction. Kept
+ * here, not in the migration files: those are checksummed as shipped. */
+typedef struct probe {
+  const char *backend;
+  int version;
+  const char *sql[3];
+} probe;
+
+#define PG_REL(suffix)                                                                    \
+  "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "      \
+  "WHERE n.nspname = '${schema}' AND c.relname = '${table}" suffix "'"
+#define MY_REL(suffix)                                                                    \
+  "SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND " \
+  "table_name = '${table}" suffix "'"
+
+static const probe PROBES[] = {
+    {"postgres", 1,
+     {PG_REL("") " AND c.relkind IN ('r', 'p')",
+      "SELECT count(*) FROM ${schema}.${table} WHERE name = ''",
+      PG_REL("_fence_seq") " AND c.relkind = 'S'"}},
+    {"postgres", 2,
+     {"SELECT count(*) FROM information_schema.columns WHERE table_schema = '${schema}' AND "
+      "table_name = '${table}' AND column_name = 'owner_session'"}},
+    {"postgres", 3, {PG_REL("_alive")}},
+    {"mysql", 1,
+     {MY_REL("") " AND table_type = 'BASE TABLE'",
+      "SELECT count(*) FROM ${table} WHERE name = ''",
+      MY_REL("_fence_seq") " AND table_type = 'SEQUENCE'"}},
+    {"mysql", 2,
+     {"SELECT count(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND "
+      "table_name = '${table}' AND column_name = 'owner_session'"}},
+    {"mysql", 3, {MY_REL("_alive")}},
+    {"sqlite", 1,
+     {"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '${table}'",
+      "SELECT count(*) FROM ${table} WHERE name = ''"}},
+    {"sqlite", 2, {"SELECT count(*) FROM pragma_table_info('${table}') WHERE name = 'owner_session'"}},
+    {"sqlite", 3,
+     {"SELECT count(*) = 2 FROM sqlite_master WHERE type = 'trigger' AND name IN "
+      "('${table}_fence_hw_ins', '${table}_fence_hw_upd')"}},
+};
+
+/* 1 if migration version's objects are all in the database, 0 if not (or
+ * it has no probe: never assumed applied), or a negative code when a probe
+ * failed (connection, permission). */
+static int present(dblock_client *cl, dbl_conn *c, int version, dbl_err *e) {
+  for (size_t i = 0; i < sizeof PROBES / sizeof PROBES[0]; i++) {
+    const probe *p = &PROBES[i];
+    if (p->version != version || strcmp(p->backend, cl->drv->name) != 0) continue;
+    for (int k = 0; k < 3 && p->sql[k]; k++) {
+      dbl_res r;
+      int rc, yes;
+      if ((rc = cl->drv->query(c, dbl_sql(cl, p->sql[k]), NULL, 0, &r, e)) != 0) return rc;
+      yes = dbl_res_i64(&r, 0, 0) > 0;
+      dbl_res_clear(&r);
+      if (!yes) return 0;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+int dblock_migrate_baseline(dblock_client *cl, int *recorded) {
+  dbl_pconn *pc;
+  dbl_err e;
+  applied *done = NULL;
+  int ndone = 0, rc, count = 0, have[64] = {0}, upto = 0;
+  char sum[17];
+  dbl_topology topo;
+  if (recorded) *recorded = 0;
+  if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
+  if (cl->opts.read_only) return dbl_read_only(cl);
+  memset(&e, 0, sizeof e);
+  if ((rc = dbl_pool_take(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  dbl_call_bound(cl, pc, dbl_mono_ms() + MIGRATE_BOUND_MS);
+  /* Never on a replica (as dblock_migrate). */
+  memset(&topo, 0, sizeof topo);
+  if (cl->drv->probe && ((rc = cl->drv->probe(pc->c, &topo, 0, &e)) != 0 ||
+                         (rc = topo.read_only ? dbl_err_set(&e, DBLOCK_EREPLICA, "25006", 0,
+                                                            "connected to a read-only server: "
+                                                            "baseline on the primary")
+                                              : 0) != 0)) {
+    dbl_pool_return(cl, pc, rc);
+    return dbl_fail(cl, &e);
+  }
+  if ((rc = cl->drv->set_lock_wait(pc->c, -1, &e)) != 0 ||
+      (rc = lock_migrations(cl, pc->c, &e)) != 0)
+    goto out;
+  /* Under the migration lock (no migrator can change the schema
+   * meanwhile): the longest run of migrations, from the first, whose
+   * objects are all there. A later one found without an earlier one is not
+   * adopted. */
+  for (int v = 1; v < 64; v++) {
+    int found = 0;
+    for (int i = 0; i < dbl_migrations_count; i++)
+      found |= dbl_migrations[i].version == v && strcmp(dbl_migrations[i].backend, cl->drv->name) == 0;
+    if (!found) break;
+    if ((rc = present(cl, pc->c, v, &e)) < 0) goto out;
+    if (!rc) break;
+    have[v] = 1;
+    upto = v;
+  }
+  rc = 0;
+  if (upto == 0) {
+    /* Nothing to adopt: say so having written nothing (not even the
+     * tracking table). Migrations recorded already stand as they are. */
+    if ((rc = read_applied(cl, pc->c, &done, &ndone, &e)) != 0) goto out;
+    if (!ndone)
+      rc = dbl_err_set(&e, DBLOCK_ESCHEMA, "", 0,
+                       "no dblock schema for table '%s' to adopt (the lock table with its "
+                       "epoch row is not there): run dblock migrate instead",
+                       cl->table);
+    else if (cl->drv->dialect != DBL_MY)
+      rc = cl->drv->commit(pc->c, &e);
+    goto out;
+  }
+  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_TRACK, MY_TRACK, LITE_TRACK)),
+                           NULL, 0, NULL, &e)) != 0)
+    goto out;
+  if ((rc = read_applied(cl, pc->c, &done, &ndone, &e)) != 0) goto out;
+  for (int i = 0; i < dbl_migrations_count; i++) {
+    const dbl_migration *m = &dbl_migrations[i];
+    dbl_param p[3];
+    if (strcmp(m->backend, cl->drv->name) != 0 || m->version >= 64 || !have[m->version]) continue;
+    if (find(done, ndone, m->version)) continue; /* recorded already */
+    checksum(m->sql, sum);
+    p[0] = DBL_I64(m->version);
+    p[1] = DBL_STR(m->name);
+    p[2] = DBL_STR(sum);
+    if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_RECORD, MY_RECORD, LITE_RECORD)),
+                             p, 3, NULL, &e)) != 0)
+      goto out;
+    count++;
+  }
+  if (cl->drv->dialect != DBL_MY) rc = cl->drv->commit(pc->c, &e);
+out:
+  unlock_migrations(cl, pc->c, rc == 0);
+  free(done);
+  dbl_pool_return(cl, pc, rc);
+  if (rc) return dbl_fail(cl, &e);
+  if (recorded) *recorded = count;
+  return 0;
+}
+
 int dblock_migrate(dblock_client *cl, int *applied_now) {
   dbl_pconn *pc;
   dbl_err e;

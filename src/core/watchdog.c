@@ -76,7 +76,11 @@ static void tell_locked(dblock_client *cl, struct dbl_held *h) {
   int64_t fence = h->fence;
   memcpy(name, h->name, sizeof name);
   pthread_mutex_unlock(&cl->mu);
-  cl->opts.on_lost(name, fence, DBLOCK_ELOST, cl->opts.on_lost_arg);
+  DBL_COUNT(cl, losses);
+  dbl_warn(cl, "lock '%s' (fence %lld) lost: its lease ran out unconfirmed, it was taken over or "
+           "force-unlocked, or its session ended",
+           name, (long long)fence);
+  if (cl->opts.on_lost) cl->opts.on_lost(name, fence, DBLOCK_ELOST, cl->opts.on_lost_arg);
   pthread_mutex_lock(&cl->mu);
   h->lost_notified = LOST_TOLD;
   pthread_cond_broadcast(&cl->cv);
@@ -85,7 +89,7 @@ static void tell_locked(dblock_client *cl, struct dbl_held *h) {
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
   pthread_mutex_lock(&cl->mu);
   h->lost = DBLOCK_ELOST;
-  if (h->lost_notified == LOST_UNTOLD && cl->opts.on_lost) {
+  if (h->lost_notified == LOST_UNTOLD) {
     h->lost_notified = LOST_TELLING;
     tell_locked(cl, h);
   } else {
@@ -123,11 +127,9 @@ static int declare_losses(dblock_client *cl, int64_t now, int64_t *next,
       break;
     }
     h->lost = DBLOCK_ELOST;
-    if (h->lost_notified == LOST_UNTOLD && cl->opts.on_lost) {
+    if (h->lost_notified == LOST_UNTOLD) {
       h->lost_notified = LOST_TELLING;
       tell[n++] = h;
-    } else if (h->lost_notified == LOST_UNTOLD) {
-      h->lost_notified = LOST_TOLD;
     }
   }
   return n;
@@ -218,18 +220,25 @@ static struct dbl_held *take_queued(dblock_client *cl) {
 static void renew_one(dblock_client *cl, struct dbl_held *h) {
   dbl_err e;
   int rc;
+  int64_t retry = 0;
   memset(&e, 0, sizeof e);
   rc = dbl_renew_held(cl, h, &e);
+  if (rc == 0) DBL_COUNT(cl, renewals);
   if (rc == DBLOCK_ELOST) dbl_mark_lost(cl, h);
-  pthread_mutex_lock(&cl->mu);
   if (rc != 0 && rc != DBLOCK_ELOST) {
     /* Outcome unknown (connection trouble, a call cut): try again soon on
      * a fresh connection; the owner-checked renewal re-reads the row. The
-     * watchdog declares the loss if the deadline comes first. */
-    int64_t now = dbl_mono_ms();
-    int64_t retry = h->lease_ms > 0 ? (h->lost_at_ms - now) / 4 : RETRY_MAX_MS;
-    h->renew_at_ms = now + (retry < RETRY_MIN_MS ? RETRY_MIN_MS
-                            : retry > RETRY_MAX_MS ? RETRY_MAX_MS : retry);
+     * watchdog declares the loss if the deadline comes first. (h is ours:
+     * claimed, so its fields hold still.) */
+    retry = h->lease_ms > 0 ? (h->lost_at_ms - dbl_mono_ms()) / 4 : RETRY_MAX_MS;
+    retry = retry < RETRY_MIN_MS ? RETRY_MIN_MS : retry > RETRY_MAX_MS ? RETRY_MAX_MS : retry;
+    DBL_COUNT(cl, renewal_failures);
+    dbl_warn(cl, "renewal of lock '%s' failed (%s); trying again in %lld ms", h->name,
+             e.msg[0] ? e.msg : dblock_strerror(rc), (long long)retry);
+  }
+  pthread_mutex_lock(&cl->mu);
+  if (rc != 0 && rc != DBLOCK_ELOST) {
+    h->renew_at_ms = dbl_mono_ms() + retry;
   } else if (rc == 0 && h->lease_ms <= 0) {
     h->renew_at_ms = dbl_mono_ms() + dbl_ping_ms(cl);
   }

@@ -16,10 +16,18 @@
 #include <time.h>
 
 const dbl_driver *dbl_driver_for(const dbl_url *url) {
+  /* A backend left out of the build (make WITH_PG=0 ...) has no driver:
+   * the caller reports DBLOCK_EUNSUPPORTED. */
   switch (url->backend) {
+#if DBLOCK_WITH_PG
   case DBL_B_PG: return &dbl_driver_pg;
+#endif
+#if DBLOCK_WITH_MYSQL
   case DBL_B_MY: return &dbl_driver_mysql;
+#endif
+#if DBLOCK_WITH_SQLITE
   case DBL_B_LITE: return &dbl_driver_sqlite;
+#endif
   default: return NULL;
   }
 }

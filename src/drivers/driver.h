@@ -168,6 +168,12 @@ typedef struct dbl_driver {
    * the fields every new connection needs). NULL for an embedded backend
    * (stand-alone, writable by definition). */
   int (*probe)(dbl_conn *c, dbl_topology *t, int full, dbl_err *e);
+  /* ---- version 4 ---- */
+  /* Wakes a call on c blocked in a server-side lock wait, from another
+   * thread or from a signal handler (async-signal-safe: it only shuts the
+   * socket down or sets a flag). The call then fails (ECONN or busy) and
+   * the connection must not be reused. */
+  void (*cancel)(dbl_conn *c);
 } dbl_driver;
 
 extern const dbl_driver dbl_driver_pg;

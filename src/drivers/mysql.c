@@ -576,6 +576,7 @@ const dbl_driver dbl_driver_mysql = {
     .set_lock_wait = my_set_lock_wait,
     .set_autocommit = my_set_autocommit,
     .interrupt = my_interrupt,
+    .cancel = my_interrupt, /* shutdown(2): async-signal-safe */
     .idle_guard = my_idle_guard,
     .probe = my_probe,
 };

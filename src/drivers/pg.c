@@ -601,6 +601,7 @@ const dbl_driver dbl_driver_pg = {
     .set_lock_wait = pg_set_lock_wait,
     .set_autocommit = pg_set_autocommit,
     .interrupt = pg_interrupt,
+    .cancel = pg_interrupt, /* shutdown(2): async-signal-safe */
     .idle_guard = pg_idle_guard,
     .probe = pg_probe,
 };

@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <unistd.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ struct dbl_conn {
   int64_t lock_wait; /* ms, -1 = forever */
   int64_t busy_since_us;
   int broken;
+  atomic_int cancelled; /* drv->cancel: stop a busy wait (lock-free: a signal handler may set it) */
   dbl_stmt_cache cache;
   char *side_path;  /* the holders side database, opened on first use */
   sqlite3 *side;
@@ -301,6 +303,7 @@ static int on_busy(void *arg, int count) {
   int64_t now = mono_us(), step;
   struct timespec ts;
   if (count == 0) c->busy_since_us = now;
+  if (atomic_load(&c->cancelled)) return 0;
   if (c->lock_wait >= 0 && now - c->busy_since_us >= c->lock_wait * 1000) return 0;
   step = count < 8 ? 250 : count < 40 ? 1000 : 2000;
   if (c->lock_wait >= 0 && c->busy_since_us + c->lock_wait * 1000 - now < step)
@@ -317,7 +320,9 @@ static int lite_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
   return 0;
 }
 
-static int lite_broken(dbl_conn *c) { return c->broken; }
+static int lite_broken(dbl_conn *c) { return c->broken || atomic_load(&c->cancelled); }
+/* The busy handler looks at the flag between its naps (at most 2 ms). */
+static void lite_cancel(dbl_conn *c) { atomic_store(&c->cancelled, 1); }
 static uint64_t lite_trips(dbl_conn *c) { return c->trips; }
 
 static void lite_close(dbl_conn *c) {
@@ -417,6 +422,7 @@ const dbl_driver dbl_driver_sqlite = {
     .rollback = lite_rollback,
     .now_us = lite_now_us,
     .broken = lite_broken,
+    .cancel = lite_cancel,
     .round_trips = lite_trips,
     .set_lock_wait = lite_set_lock_wait,
     .set_autocommit = lite_set_autocommit,

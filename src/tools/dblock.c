@@ -45,6 +45,8 @@ enum {
   O_KILL_AFTER = 1 << 11,
   O_HELP = 1 << 12,
   O_VERSION = 1 << 13,
+  O_MIN_HOLD = 1 << 14,
+  O_BASELINE = 1 << 15,
 };
 
 /* Options every command accepts (some are simply unused by a command). */
@@ -54,10 +56,10 @@ typedef struct args {
   unsigned seen;
   const char *url, *table, *token;
   dblock_strategy strategy;
-  int64_t lease_ms, wait_ms, grace_ms, kill_after_ms;
+  int64_t lease_ms, wait_ms, grace_ms, kill_after_ms, min_hold_ms;
   int batch;
   int conflict_code;
-  int json, migrate_status;
+  int json, migrate_status, baseline;
   const struct command *cmd;
   char **pos; /* positional arguments after the command name */
   int npos;
@@ -159,6 +161,7 @@ static int open_client(dblock_client **cl, args *a) {
    * whatever --strategy says). */
   o.read_only = a->cmd && (strcmp(a->cmd->name, "status") == 0 ||
                            strcmp(a->cmd->name, "list") == 0 ||
+                           strcmp(a->cmd->name, "stats") == 0 ||
                            strcmp(a->cmd->name, "doctor") == 0 ||
                            (strcmp(a->cmd->name, "migrate") == 0 && a->migrate_status));
   if (a->cmd && strcmp(a->cmd->name, "run") == 0) {
@@ -173,6 +176,75 @@ static int open_client(dblock_client **cl, args *a) {
   }
   if ((rc = dblock_client_open(cl, url, &o)) != 0) return report(a, "cannot open the database", NULL, rc);
   return 0;
+}
+
+/* ---- interruptible waits ----------------------------------------------- */
+
+/* A wait for a busy lock (acquire, run) ends on SIGINT, SIGTERM or SIGHUP:
+ * the handler cancels the client's acquires (dblock_client_cancel is
+ * async-signal-safe; the cancel is sticky, so a signal that comes before
+ * the acquire has started waiting is not lost either) and the command
+ * exits 128 + the signal's number, holding nothing. */
+static const int INTERRUPTS[] = {SIGINT, SIGTERM, SIGHUP};
+#define NINTERRUPTS (sizeof INTERRUPTS / sizeof INTERRUPTS[0])
+static dblock_client *volatile g_cancel_client;
+static volatile sig_atomic_t g_interrupted;
+
+static void cancel_on_signal(int sig) {
+  dblock_client *cl = g_cancel_client;
+  g_interrupted = sig;
+  if (cl) dblock_client_cancel(cl);
+}
+
+/* Installs (on = 1) or restores (on = 0) the handlers above for cl,
+ * leaving alone a signal the caller ignores (nohup). */
+static void interrupts(dblock_client *cl, int on) {
+  static struct sigaction saved[NINTERRUPTS];
+  struct sigaction sa;
+  if (!on) {
+    for (size_t i = 0; i < NINTERRUPTS; i++) sigaction(INTERRUPTS[i], &saved[i], NULL);
+    g_cancel_client = NULL;
+    return;
+  }
+  g_interrupted = 0;
+  g_cancel_client = cl;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = cancel_on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < NINTERRUPTS; i++) {
+    sigaction(INTERRUPTS[i], NULL, &saved[i]);
+    if (saved[i].sa_handler != SIG_IGN) sigaction(INTERRUPTS[i], &sa, NULL);
+  }
+}
+
+/* dblock_lock_acquire that a signal can interrupt. Returns the library's
+ * code, or DBLOCK_ECANCELED when a signal came (a lock granted just before
+ * it is released again: the user asked to stop). */
+static int acquire_interruptibly(dblock_lock **l, dblock_client *cl, const char *name,
+                                 int64_t wait_ms, int64_t lease_ms) {
+  int rc;
+  interrupts(cl, 1);
+  rc = dblock_lock_acquire(l, cl, name, wait_ms, lease_ms);
+  interrupts(cl, 0);
+  if (rc == 0 && g_interrupted) {
+    dblock_lock_release(*l);
+    *l = NULL;
+    rc = DBLOCK_ECANCELED;
+  }
+  return rc;
+}
+
+/* The exit status and message of an interrupted wait. */
+static int interrupted(const args *a, const char *what, const char *name) {
+  int sig = g_interrupted ? (int)g_interrupted : SIGINT;
+  if (a->json) {
+    fputs("{\"ok\":false,\"error\":\"cancelled\",\"code\":", stdout);
+    printf("%d,\"message\":\"interrupted by signal %d while waiting\"}\n", DBLOCK_ECANCELED, sig);
+    fflush(stdout);
+  }
+  fprintf(stderr, "%s: %s: interrupted by %s while waiting for '%s'; nothing held\n", PROG, what,
+          strsignal(sig), name);
+  return 128 + sig;
 }
 
 /* ---- migrate ------------------------------------------------------------ */
@@ -222,6 +294,24 @@ static int cmd_migrate(args *a) {
     dblock_client_free(cl);
     return CLI_OK;
   }
+  if (a->baseline) {
+    if (a->migrate_status) {
+      dblock_client_free(cl);
+      return usage_error(a, "--baseline and --status do not go together");
+    }
+    if ((rc = dblock_migrate_baseline(cl, &applied)) != 0) {
+      rc = report(a, "migrate --baseline", cl, rc);
+      dblock_client_free(cl);
+      return rc;
+    }
+    if (a->json) printf("{\"recorded\":%d,\"backend\":\"%s\"}\n", applied, dblock_client_backend(cl));
+    else
+      printf("recorded %d migration%s as applied by another tool (%s); "
+             "'dblock migrate' applies the rest\n",
+             applied, applied == 1 ? "" : "s", dblock_client_backend(cl));
+    dblock_client_free(cl);
+    return CLI_OK;
+  }
   if ((rc = dblock_migrate(cl, &applied)) != 0) {
     rc = report(a, "migrate", cl, rc);
     dblock_client_free(cl);
@@ -265,8 +355,8 @@ static int cmd_acquire(args *a) {
     return usage_error(a, "the for_update strategy holds a lock only while its session "
                           "lives; use 'dblock run', or the insert or optimistic strategy");
   if ((rc = open_client(&cl, a)) != 0) return rc;
-  if ((rc = dblock_lock_acquire(&l, cl, name, a->wait_ms, lease)) != 0) {
-    rc = report(a, "acquire", cl, rc);
+  if ((rc = acquire_interruptibly(&l, cl, name, a->wait_ms, lease)) != 0) {
+    rc = rc == DBLOCK_ECANCELED ? interrupted(a, "acquire", name) : report(a, "acquire", cl, rc);
     dblock_client_free(cl);
     return rc;
   }
@@ -504,6 +594,39 @@ static char **child_env(const char *name, int64_t fence) {
   return env;
 }
 
+/* run --min-hold: the command has ended (with status code) before the
+ * lock's minimum hold; keep holding (renewed by the watchdog) until
+ * `until` (monotonic ms), so a copy of the job scheduled on another host a
+ * little later finds the name busy and the job runs once per schedule
+ * (ShedLock's lockAtLeastFor). SIGINT/SIGTERM/SIGHUP end the wait early
+ * (exit 128 + N). A loss meanwhile is told on stderr and sets
+ * g_lost_in_min_hold: the command itself ran under the lock, so its status
+ * stands. */
+static int g_lost_in_min_hold;
+
+static int min_hold(const args *a, dblock_client *cl, dblock_lock *l, const char *name,
+                    int64_t until, int code) {
+  int64_t now;
+  (void)a;
+  interrupts(cl, 1);
+  while ((now = mono_ms()) < until && !g_interrupted) {
+    if (atomic_load(&g_lost) || dblock_lock_is_lost(l)) {
+      g_lost_in_min_hold = 1;
+      fprintf(stderr, "%s: run: lock '%s' was lost during --min-hold, after the command ended\n",
+              PROG, name);
+      break;
+    }
+    nap_ms(until - now < 100 ? (long)(until - now) : 100);
+  }
+  interrupts(cl, 0);
+  if (g_interrupted) {
+    fprintf(stderr, "%s: run: interrupted by %s during --min-hold; releasing '%s'\n", PROG,
+            strsignal(g_interrupted), name);
+    code = 128 + g_interrupted;
+  }
+  return code;
+}
+
 static int cmd_run(args *a) {
   dblock_client *cl;
   dblock_lock *l;
@@ -515,7 +638,7 @@ static int cmd_run(args *a) {
   pid_t pid, group;
   siginfo_t si;
   int rc, status = 0, lost = 0, killed = 0, code, guard_fd = -1;
-  int64_t kill_at = 0;
+  int64_t kill_at = 0, granted;
 
   if (a->npos < 1) return usage_error(a, "missing lock NAME");
   if (!a->dashdash)
@@ -528,11 +651,12 @@ static int cmd_run(args *a) {
   if ((rc = open_client(&cl, a)) != 0) return rc;
   atomic_store(&g_lost, 0);
   /* lease 0: the client's lease (--lease), renewed by the watchdog. */
-  if ((rc = dblock_lock_acquire(&l, cl, name, a->wait_ms, 0)) != 0) {
-    rc = report(a, "run", cl, rc);
+  if ((rc = acquire_interruptibly(&l, cl, name, a->wait_ms, 0)) != 0) {
+    rc = rc == DBLOCK_ECANCELED ? interrupted(a, "run", name) : report(a, "run", cl, rc);
     dblock_client_free(cl);
     return rc;
   }
+  granted = mono_ms();
 
   /* From here the forwarded signals go to the child. Block them until it
    * exists, so none is lost or acted on by us in between. */
@@ -645,6 +769,12 @@ static int cmd_run(args *a) {
 
   code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   if (!lost && (atomic_load(&g_lost) || dblock_lock_is_lost(l))) lost = 1;
+  if (!lost && a->min_hold_ms > 0) code = min_hold(a, cl, l, name, granted + a->min_hold_ms, code);
+  if (!lost && g_lost_in_min_hold) {
+    g_kept = l; /* lost during --min-hold: the command had it throughout */
+    dblock_client_free(cl);
+    return code;
+  }
   /* A handle known lost is not released: there is nothing to free in the
    * database, and dblock_client_free drops it. (This also sidesteps a
    * self-deadlock in dblock_lock_release on a lost for_update lock.) */
@@ -803,6 +933,71 @@ static int cmd_list(args *a) {
   return CLI_OK;
 }
 
+/* ---- stats --------------------------------------------------------------- */
+
+/* What the lock table holds right now, as gauges for monitoring (a cron
+ * job writing node_exporter's textfile collector, or --json): rows by
+ * strategy and state, the age of the oldest held lock, the highest fence.
+ * (A one-shot process has no counters worth showing; an application reads
+ * its own with dblock_client_stats / dblock_stats_openmetrics.) */
+static int cmd_stats(args *a) {
+  static const char *const strat[] = {"insert", "for_update", "optimistic"};
+  dblock_client *cl;
+  dblock_lock_info *v;
+  size_t n, count[3][2] = {{0}};
+  int64_t oldest = 0, max_fence = 0, now_us;
+  const char *table = a->table ? a->table : "dblock_locks";
+  struct timespec ts;
+  int rc;
+  if (a->npos) return usage_error(a, "unexpected argument '%s'", a->pos[0]);
+  if ((rc = open_client(&cl, a)) != 0) return rc;
+  if ((rc = dblock_lock_list(&v, &n, cl, 0)) != 0) {
+    rc = report(a, "stats", cl, rc);
+    dblock_client_free(cl);
+    return rc;
+  }
+  dblock_client_free(cl);
+  clock_gettime(CLOCK_REALTIME, &ts);
+  now_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+  for (size_t i = 0; i < n; i++) {
+    int k = strcmp(v[i].strategy, "for_update") == 0 ? 1 : strcmp(v[i].strategy, "optimistic") == 0 ? 2 : 0;
+    count[k][v[i].held ? 1 : 0]++;
+    if (v[i].held && v[i].acquired_at_us && (!oldest || v[i].acquired_at_us < oldest))
+      oldest = v[i].acquired_at_us;
+    if (v[i].fence > max_fence) max_fence = v[i].fence;
+  }
+  free(v);
+  /* (server-clock acquisition against this host's clock: as close as the
+   * two clocks are; never negative) */
+  double age = oldest && now_us > oldest ? (double)(now_us - oldest) / 1e6 : 0.0;
+  if (a->json) {
+    size_t held = count[0][1] + count[1][1] + count[2][1];
+    fputs("{\"table\":", stdout);
+    cli_json_str(stdout, table);
+    printf(",\"rows\":%zu,\"held\":%zu,\"free\":%zu,\"by_strategy\":{", n, held, n - held);
+    for (int k = 0; k < 3; k++)
+      printf("%s\"%s\":{\"held\":%zu,\"free\":%zu}", k ? "," : "", strat[k], count[k][1],
+             count[k][0]);
+    printf("},\"oldest_held_seconds\":%.3f,\"max_fence\":%lld}\n", age, (long long)max_fence);
+    return CLI_OK;
+  }
+  printf("# TYPE dblock_locks gauge\n"
+         "# HELP dblock_locks Lock rows by strategy and state (held, or free: released or "
+         "expired, kept for its fence).\n");
+  for (int k = 0; k < 3; k++)
+    for (int held = 1; held >= 0; held--)
+      printf("dblock_locks{table=\"%s\",strategy=\"%s\",state=\"%s\"} %zu\n", table, strat[k],
+             held ? "held" : "free", count[k][held]);
+  printf("# TYPE dblock_locks_oldest_held_seconds gauge\n"
+         "# HELP dblock_locks_oldest_held_seconds Age of the longest-held lock (0: none held).\n"
+         "dblock_locks_oldest_held_seconds{table=\"%s\"} %.3f\n"
+         "# TYPE dblock_locks_max_fence gauge\n"
+         "# HELP dblock_locks_max_fence Highest fencing token in the table.\n"
+         "dblock_locks_max_fence{table=\"%s\"} %lld\n# EOF\n",
+         table, age, table, (long long)max_fence);
+  return CLI_OK;
+}
+
 /* ---- doctor -------------------------------------------------------------- */
 
 static const char *const SEV_NAMES[] = {"ok", "info", "warn", "UNSAFE"};
@@ -917,10 +1112,13 @@ static int cmd_force_unlock(args *a) {
 static int cmd_help(args *a);
 
 static const command COMMANDS[] = {
-    {"migrate", O_STATUS, cmd_migrate, "migrate [--status]",
+    {"migrate", O_STATUS | O_BASELINE, cmd_migrate, "migrate [--status | --baseline]",
      "Creates or upgrades the lock table (applies pending migrations and prints\n"
      "how many). With --status, lists each migration: version, name,\n"
-     "applied/pending, when it was applied and whether its checksum matches.\n"},
+     "applied/pending, when it was applied and whether its checksum matches.\n"
+     "With --baseline, adopts a schema another tool (Flyway, golang-migrate)\n"
+     "applied from dblock's migrations: records those whose objects are there\n"
+     "as applied, runs nothing; a later 'dblock migrate' applies the rest.\n"},
     {"acquire", 0, cmd_acquire, "acquire NAME [--lease D] [--wait D]",
      "Acquires NAME with an explicit lease (default 30s) that is NOT renewed and\n"
      "outlives this process, so a lock can be held across shell steps. Prints\n"
@@ -934,14 +1132,19 @@ static const command COMMANDS[] = {
      "Releases a lock taken with 'dblock acquire', if the token still owns it.\n"
      "A lock that expired and was taken over, was force-unlocked or was already\n"
      "released is left alone and the exit status is 4.\n"},
-    {"run", O_KILL_AFTER, cmd_run, "run NAME [--wait D] [--lease D] [--kill-after D] -- CMD [ARGS...]",
+    {"run", O_KILL_AFTER | O_MIN_HOLD, cmd_run,
+     "run NAME [--wait D] [--lease D] [--kill-after D] [--min-hold D] -- CMD [ARGS...]",
      "Acquires NAME (waiting --wait, default forever), runs CMD with DBLOCK_NAME\n"
      "and DBLOCK_FENCE in its environment, renews the lease (--lease, default\n"
      "30s) in the background while CMD runs, releases the lock when CMD exits and\n"
      "exits with CMD's status (128+N if killed by signal N; 127/126 if CMD cannot\n"
      "be started). SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are\n"
      "forwarded to CMD. If the lock is lost, CMD gets SIGTERM, then SIGKILL after\n"
-     "--kill-after (default 5s), and the exit status is 4.\n"},
+     "--kill-after (default 5s), and the exit status is 4. With --min-hold D the\n"
+     "lock stays held (renewed) until D after the grant even when CMD ends\n"
+     "sooner, so the same job started by cron on several hosts runs once per\n"
+     "schedule. SIGINT, SIGTERM or SIGHUP while waiting for the lock: exit\n"
+     "128+N, nothing held.\n"},
     {"status", 0, cmd_status, "status NAME",
      "Shows what the database knows about NAME: strategy, held, holder host, pid\n"
      "and thread, fence, hold count, acquired and expiry times (UTC). --json\n"
@@ -949,6 +1152,11 @@ static const command COMMANDS[] = {
      "(JSON \"row\":false).\n"},
     {"list", 0, cmd_list, "list",
      "Lists every lock row as a table, or as one JSON array with --json.\n"},
+    {"stats", 0, cmd_stats, "stats",
+     "Prints what the lock table holds right now as OpenMetrics text (for a\n"
+     "monitoring textfile collector): rows by strategy and state (held/free),\n"
+     "the age of the oldest held lock, the highest fence. --json prints one\n"
+     "object with the same figures.\n"},
     {"doctor", 0, cmd_doctor, "doctor",
      "Tells whether the database keeps dblock's promises: server and version,\n"
      "topology (stand-alone, primary with synchronous / asynchronous standbys,\n"
@@ -980,11 +1188,13 @@ static const char OPTIONS_HELP[] =
     "                               run: forever)\n"
     "  --table NAME               lock table (default dblock_locks)\n"
     "  -E, --conflict-exit-code N exit status when busy / timed out (default 3)\n"
-    "  --json                     JSON output (migrate, acquire, status, list, reap,\n"
-    "                               force-unlock)\n"
+    "  --json                     JSON output (every command but run and help)\n"
     "  --token T                  release: the token printed by acquire\n"
     "  --status                   migrate: list migrations instead of applying\n"
+    "  --baseline                 migrate: adopt a schema applied by another tool\n"
     "  --kill-after D             run: SIGKILL delay after SIGTERM on a lost lock\n"
+    "  --min-hold D               run: hold at least D after the grant (once per\n"
+    "                               schedule across hosts)\n"
     "  --grace D, --batch N       reap: grace after expiry, rows per statement\n"
     "  -h, --help                 help (COMMAND --help: that command's)\n"
     "  -V, --version              print the version\n"
@@ -997,6 +1207,8 @@ static const char OPTIONS_HELP[] =
     "  2  usage error (bad option, argument or URL)\n"
     "  3  lock busy, or the wait timed out (change with -E)\n"
     "  4  lock lost (run), or not held by the token (release)\n"
+    "  5  doctor: an unsafe finding\n"
+    "  128+N  acquire/run: interrupted by signal N while waiting (nothing held)\n"
     "  run: otherwise the command's status\n";
 
 static void print_help(const command *c) {
@@ -1032,7 +1244,8 @@ static const struct {
   const char *name;
   unsigned bit;
 } OPT_NAMES[] = {{"--status", O_STATUS}, {"--token", O_TOKEN}, {"--grace", O_GRACE},
-                 {"--batch", O_BATCH}, {"--kill-after", O_KILL_AFTER}};
+                 {"--batch", O_BATCH}, {"--kill-after", O_KILL_AFTER},
+                 {"--min-hold", O_MIN_HOLD}, {"--baseline", O_BASELINE}};
 
 static int parse_duration(args *a, const char *opt, const char *v, int64_t *out, int allow_forever,
                           int64_t min_ms) {
@@ -1058,7 +1271,7 @@ static int parse_int(args *a, const char *opt, const char *v, long lo, long hi, 
 
 int main(int argc, char **argv) {
   enum { L_URL = 1000, L_STRATEGY, L_LEASE, L_TABLE, L_JSON, L_STATUS, L_TOKEN, L_GRACE,
-         L_BATCH, L_KILL_AFTER };
+         L_BATCH, L_KILL_AFTER, L_MIN_HOLD, L_BASELINE };
   static const struct option longopts[] = {
       {"url", required_argument, NULL, L_URL},
       {"strategy", required_argument, NULL, L_STRATEGY},
@@ -1072,6 +1285,8 @@ int main(int argc, char **argv) {
       {"grace", required_argument, NULL, L_GRACE},
       {"batch", required_argument, NULL, L_BATCH},
       {"kill-after", required_argument, NULL, L_KILL_AFTER},
+      {"min-hold", required_argument, NULL, L_MIN_HOLD},
+      {"baseline", no_argument, NULL, L_BASELINE},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -1114,6 +1329,7 @@ int main(int argc, char **argv) {
       break;
     case L_JSON: a.seen |= O_JSON; a.json = 1; break;
     case L_STATUS: a.seen |= O_STATUS; a.migrate_status = 1; break;
+    case L_BASELINE: a.seen |= O_BASELINE; a.baseline = 1; break;
     case L_TOKEN: a.seen |= O_TOKEN; a.token = optarg; break;
     case L_GRACE:
       a.seen |= O_GRACE;
@@ -1127,6 +1343,10 @@ int main(int argc, char **argv) {
       a.seen |= O_KILL_AFTER;
       if ((rc = parse_duration(&a, "--kill-after", optarg, &a.kill_after_ms, 0, 0)) != 0)
         return rc;
+      break;
+    case L_MIN_HOLD:
+      a.seen |= O_MIN_HOLD;
+      if ((rc = parse_duration(&a, "--min-hold", optarg, &a.min_hold_ms, 0, 0)) != 0) return rc;
       break;
     case 'h': a.seen |= O_HELP; break;
     case 'V': a.seen |= O_VERSION; break;

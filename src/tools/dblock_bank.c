@@ -18,10 +18,17 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <libpq-fe.h>
-#include <mysql.h>
 #include <signal.h>
+/* Each client library only when its backend is built (make WITH_PG=0 ...). */
+#if DBLOCK_WITH_PG
+#include <libpq-fe.h>
+#endif
+#if DBLOCK_WITH_MYSQL
+#include <mysql.h>
+#endif
+#if DBLOCK_WITH_SQLITE
 #include <sqlite3.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +47,18 @@ static const char *prog = "dblock-bank";
 
 typedef struct account {
   int kind; /* 'p', 'm', 's' */
+#if DBLOCK_WITH_PG
   PGconn *pg;
+#endif
+#if DBLOCK_WITH_MYSQL
   MYSQL *my;
+#endif
+#if DBLOCK_WITH_SQLITE
   sqlite3 *lite;
+#endif
 } account;
+
+#if DBLOCK_WITH_MYSQL
 
 /* Splits mysql://user:pass@host:port/db?socket=... (the application's own
  * connection; dblock parses the same URL for the lock client). */
@@ -85,28 +100,49 @@ static int my_open(account *a, const char *url) {
   }
   return 0;
 }
+#endif
 
+#if DBLOCK_WITH_PG
 static void quiet(void *arg, const char *msg) {
   (void)arg;
   (void)msg;
 }
+#endif
+
+#if !DBLOCK_WITH_PG || !DBLOCK_WITH_MYSQL || !DBLOCK_WITH_SQLITE
+/* "this demo was built without BACKEND" (make WITH_...=0). */
+static int not_built(const char *backend) {
+  fprintf(stderr, "%s: built without %s support (rebuild with its client library)\n", prog,
+          backend);
+  return -1;
+}
+#endif
 
 static int acct_open(account *a, const char *url) {
   memset(a, 0, sizeof *a);
   if (strncmp(url, "sqlite://", 9) == 0) {
     a->kind = 's';
+#if DBLOCK_WITH_SQLITE
     if (sqlite3_open(url + 9, &a->lite) != SQLITE_OK) {
       fprintf(stderr, "%s: cannot open %s\n", prog, url + 9);
       return -1;
     }
     sqlite3_busy_timeout(a->lite, 10000);
     return 0;
+#else
+    return not_built("SQLite");
+#endif
   }
   if (strncmp(url, "mysql://", 8) == 0 || strncmp(url, "mariadb://", 10) == 0) {
     a->kind = 'm';
+#if DBLOCK_WITH_MYSQL
     return my_open(a, url);
+#else
+    return not_built("MySQL/MariaDB");
+#endif
   }
   a->kind = 'p';
+#if DBLOCK_WITH_PG
   a->pg = PQconnectdb(url);
   if (PQstatus(a->pg) != CONNECTION_OK) {
     fprintf(stderr, "%s: account connection failed: %s", prog, PQerrorMessage(a->pg));
@@ -114,17 +150,30 @@ static int acct_open(account *a, const char *url) {
   }
   PQsetNoticeProcessor(a->pg, quiet, NULL);
   return 0;
+#else
+  return not_built("PostgreSQL");
+#endif
 }
 
 static void acct_close(account *a) {
+#if DBLOCK_WITH_PG
   if (a->pg) PQfinish(a->pg);
+#endif
+#if DBLOCK_WITH_MYSQL
   if (a->my) mysql_close(a->my);
+#endif
+#if DBLOCK_WITH_SQLITE
   if (a->lite) sqlite3_close(a->lite);
+#endif
+  (void)a;
 }
 
 /* Runs a constant script (the schema from sql/). */
 static int acct_script(account *a, const char *sql) {
+#if DBLOCK_WITH_SQLITE
   if (a->kind == 's') return sqlite3_exec(a->lite, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+#endif
+#if DBLOCK_WITH_MYSQL
   if (a->kind == 'm') {
     int st;
     if (mysql_real_query(a->my, sql, strlen(sql))) return -1;
@@ -135,18 +184,24 @@ static int acct_script(account *a, const char *sql) {
     } while (st == 0);
     return st > 0 ? -1 : 0;
   }
-  {
+#endif
+#if DBLOCK_WITH_PG
+  if (a->kind == 'p') {
     PGresult *r = PQexec(a->pg, sql);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     PQclear(r);
     return ok ? 0 : -1;
   }
+#endif
+  (void)sql;
+  return -1;
 }
 
 /* Reads the balance. Values here are integers the program made, so the
  * text forms below carry no outside input. */
 static int acct_read(account *a, long long *balance) {
   const char *sql = "SELECT balance FROM dblock_bank_account WHERE id = 1";
+#if DBLOCK_WITH_SQLITE
   if (a->kind == 's') {
     sqlite3_stmt *st;
     int ok = 0;
@@ -158,6 +213,8 @@ static int acct_read(account *a, long long *balance) {
     sqlite3_finalize(st);
     return ok ? 0 : -1;
   }
+#endif
+#if DBLOCK_WITH_MYSQL
   if (a->kind == 'm') {
     MYSQL_RES *r;
     MYSQL_ROW row;
@@ -167,13 +224,19 @@ static int acct_read(account *a, long long *balance) {
     mysql_free_result(r);
     return row ? 0 : -1;
   }
-  {
+#endif
+#if DBLOCK_WITH_PG
+  if (a->kind == 'p') {
     PGresult *r = PQexec(a->pg, sql);
     int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
     if (ok) *balance = atoll(PQgetvalue(r, 0, 0));
     PQclear(r);
     return ok ? 0 : -1;
   }
+#endif
+  (void)sql;
+  (void)balance;
+  return -1;
 }
 
 /* Writes the balance. With fence > 0 the write is fenced: refused (returns
@@ -185,18 +248,31 @@ static int acct_write(account *a, long long balance, long long fence) {
            "UPDATE dblock_bank_account SET balance = %lld, last_fence = %lld "
            "WHERE id = 1 AND last_fence <= %lld",
            balance, fence, fence);
-  if (a->kind == 's') {
+  switch (a->kind) {
+#if DBLOCK_WITH_SQLITE
+  case 's':
     if (sqlite3_exec(a->lite, sql, NULL, NULL, NULL) != SQLITE_OK) return -1;
     changed = sqlite3_changes(a->lite);
-  } else if (a->kind == 'm') {
+    break;
+#endif
+#if DBLOCK_WITH_MYSQL
+  case 'm':
     if (mysql_real_query(a->my, sql, strlen(sql))) return -1;
     changed = (long long)mysql_affected_rows(a->my);
-  } else {
+    break;
+#endif
+#if DBLOCK_WITH_PG
+  case 'p': {
     PGresult *r = PQexec(a->pg, sql);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     if (ok) changed = atoll(PQcmdTuples(r));
     PQclear(r);
     if (!ok) return -1;
+    break;
+  }
+#endif
+  default:
+    return -1;
   }
   /* MySQL reports 0 changed rows when the values are the same; the demo's
    * writes always change the balance, so 0 means refused. */
