@@ -44,9 +44,11 @@ for tree in build build-asan build-tsan; do
     # Replicated topologies: their own servers, normal tree only (below).
     [ "$name" = test_topology ] && continue
     if [ -n "${DBLOCK_TEST_ONLY:-}" ] && [ "$name" != "$DBLOCK_TEST_ONLY" ]; then continue; fi
-    # The sanitizer trees run a lighter contention load (same checks).
+    # The sanitizer trees run a lighter contention load and fewer bank
+    # rounds (same checks).
     export DBLOCK_TEST_TREE="$tree"
-    if [ "$tree" != build ]; then export DBLOCK_TEST_CYCLES=60; else unset DBLOCK_TEST_CYCLES; fi
+    if [ "$tree" != build ]; then export DBLOCK_TEST_CYCLES=60 DBLOCK_TEST_BANK_ROUNDS=15
+    else unset DBLOCK_TEST_CYCLES DBLOCK_TEST_BANK_ROUNDS; fi
     run_suite "$tree/$name" "$t"
   done
 done
