@@ -98,13 +98,20 @@ typedef struct dblock_lock dblock_lock;
 typedef struct dblock_client dblock_client;
 
 /* Called once per lost grant, when a held lock is found lost or can no
- * longer be known held: from the client's watchdog thread at the lease's
- * loss deadline (see dblock_lock_acquire), or from the thread whose call
+ * longer be known held: from one of the client's renewal workers soon
+ * after the lease's loss deadline (dblock_lock_is_lost says 1 from the
+ * deadline itself; see dblock_lock_acquire), or from the thread whose call
  * found it gone. Every call that returns DBLOCK_ELOST for a handle has
- * called it first. name is the lock's name, fence its token; both valid only
- * during the call. Keep it short (it delays the watchdog) and do not call
- * dblock functions on the same client from it: note the loss (an atomic
- * flag) and act on it from the owning thread. */
+ * called it first. name is the lock's name, fence its token; both valid
+ * only during the call. The watchdog never runs it, so a slow callback
+ * delays no other lock's renewal or loss deadline (it occupies one worker).
+ * From inside it (and inside the log hook), dblock functions that talk to
+ * the database or wait — acquire, release, renew, inspect, list, ... and
+ * dblock_client_free — return DBLOCK_EDEADLK at once (release keeps the
+ * handle; client_free does nothing) instead of waiting on the thread that
+ * runs the callback; the accessors (dblock_lock_is_lost, _fence, _name,
+ * dblock_client_stats, dblock_client_cancel) work. Note the loss (an
+ * atomic flag) and act on it from the owning thread. */
 typedef void (*dblock_lost_fn)(const char *name, int64_t fence, int reason,
                                void *arg);
 
@@ -116,7 +123,8 @@ typedef void (*dblock_lost_fn)(const char *name, int64_t fence, int reason,
  * thread-safe; do not call dblock on the same client from it.
  *   WARNING: a topology that can lose granted locks (at open), a lock
  *            lost, a renewal whose outcome is unknown (retried);
- *   INFO:    a connection lost and a reconnect, a retried deadlock, a
+ *   INFO:    a connection lost and a reconnect, a renewal or release
+ *            asked again after its reply was lost, a retried deadlock, a
  *            fencing-epoch bump after a server crash or promotion. */
 #define DBLOCK_LOG_WARNING 1
 #define DBLOCK_LOG_INFO 2
@@ -336,7 +344,8 @@ void dblock_migration_info_free(dblock_migration_info *info, size_t count);
  * at its next ping.)
  * If this thread already holds name on this client, the hold is reentrant
  * (a second handle; two releases free it) unless the client is
- * non_reentrant (DBLOCK_EDEADLK at once).
+ * non_reentrant (DBLOCK_EDEADLK at once). A reentrant acquire keeps the
+ * outer hold's lease and renewal: its own lease_ms is ignored.
  * On success *out owns a handle to pass to dblock_lock_release.
  * Errors: DBLOCK_EBUSY, DBLOCK_ETIMEOUT, DBLOCK_EDEADLK, DBLOCK_EINVAL
  * (bad name), DBLOCK_EMISMATCH, DBLOCK_ESCHEMA, DBLOCK_ECONN, DBLOCK_EPERM,
@@ -344,11 +353,15 @@ void dblock_migration_info_free(dblock_migration_info *info, size_t count);
 int dblock_lock_acquire(dblock_lock **out, dblock_client *client,
                         const char *name, int64_t wait_ms, int64_t lease_ms);
 
-/* Releases one hold and frees the handle (always, even on error). The name
- * is free once every hold is released. Returns 0, DBLOCK_ELOST if the lock
- * had been lost (expired and taken over, force-unlocked, session died), or
- * a connection error. Never frees another owner's lock. NULL: DBLOCK_EINVAL.
- */
+/* Releases one hold and frees the handle (always, even on error, except
+ * DBLOCK_EDEADLK: called from the client's own callback, where the handle
+ * is left as it was). The name is free once every hold is released.
+ * Returns 0, DBLOCK_ELOST if the lock had been lost (expired and taken
+ * over, force-unlocked, session died), DBLOCK_ETIMEOUT if the database
+ * stayed locked by another session for the whole call limit (a SQLite
+ * writer, a for_update transaction on the name: not released, the lock
+ * ends with its lease; a shorter lock is waited out), or a connection
+ * error. Never frees another owner's lock. NULL: DBLOCK_EINVAL. */
 int dblock_lock_release(dblock_lock *lock);
 
 /* Extends the lease by the lease the lock was acquired with, measured from
@@ -437,6 +450,15 @@ int dblock_doctor(dblock_finding **out, size_t *count, dblock_client *client);
  * Returns 0 or DBLOCK_ENOTHELD when the name has no row. */
 int dblock_force_unlock(dblock_client *client, const char *name,
                         int64_t *new_fence);
+
+/* Deletes the row of a name nobody holds — a leased row whose last lease
+ * has ended (released or not), a for_update row whose lock no session has
+ * — so that the name can be used with another strategy (otherwise
+ * DBLOCK_EMISMATCH). Fencing tokens stay increasing: they come from the
+ * table's sequence, not from the row. Returns 0, DBLOCK_ENOTHELD when there
+ * is no row, DBLOCK_EBUSY when the name is held or its last lease has not
+ * ended yet (nothing deleted). */
+int dblock_forget(dblock_client *client, const char *name);
 
 /* Releases a grant made by another client or process (for example
  * `dblock acquire` in an earlier shell step), named by its owner token,

@@ -825,7 +825,7 @@ static void expect_busy(const tu_backend *b, const char *strategy, const char *n
 typedef struct status_info {
   long long fence, expires_us;
   int held;
-  const char *strategy;
+  const char *strategy, *owner_host;
 } status_info;
 
 /* `dblock status NAME --json`: exit 0, one JSON object. */
@@ -845,6 +845,7 @@ static status_info status_json(const tu_backend *b, const char *strategy, const 
   s.held = jbool(v, "held", r.out);
   s.expires_us = jint(v, "expires_at_us", r.out);
   s.strategy = jstr(v, "strategy", r.out);
+  s.owner_host = jstr(v, "owner_host", r.out);
   return s;
 }
 
@@ -1236,12 +1237,26 @@ static void t_min_hold(const char *be) {
     cmdv c = dblock_cmd(b->url, st);
     proc pa;
     result r;
-    cv_addl(&c, "run", name, "--wait", "0", "--min-hold", "2s", "--", "sh", "-c",
-            "touch \"$1\"; exit 7", "sh", ran, NULL);
+    cmdv cb = dblock_cmd(b->url, st);
+    const char *ranb = tpath("ranB");
+    result rb;
+    cv_addl(&c, "--owner-host", "host-a", "run", name, "--wait", "0", "--min-hold", "2s", "--",
+            "sh", "-c", "touch \"$1\"; exit 7", "sh", ran, NULL);
     pa = start(&c);
     wait_file(ran, &pa, 15000);
     tu_sleep_ms(200); /* A's command has ended */
-    expect_busy(b, st, name);
+    /* host B's copy of the job, a moment later: busy, does not run */
+    cv_addl(&cb, "--owner-host", "host-b", "run", name, "--wait", "0", "--", "sh", "-c",
+            "touch \"$1\"", "sh", ranb, NULL);
+    rb = run(&cb, 15000);
+    expect_code(&rb, &cb, 3);
+    if (exists(ranb)) fail_msg("[%s %s] host B ran the job during A's minimum hold", be, st);
+    {
+      status_info si = status_json(b, st, name);
+      if (!si.held || strcmp(si.owner_host, "host-a") != 0)
+        fail_msg("[%s %s] during A's minimum hold: held %d by '%s' (want host-a)", be, st, si.held,
+                 si.owner_host);
+    }
     r = finish(&pa, 15000);
     expect_code(&r, &c, 7);
     if (r.ms < 2000) fail_msg("[%s %s] `%s` ended after %lld ms, before its 2 s minimum hold", be, st,
@@ -1384,6 +1399,35 @@ static void t_baseline(const char *be) {
   expect_code(&r, &c, 1);
   if (!strstr(r.err, "migrate")) fail_msg("`%s`: after the downs: %s", cmdline(&c), r.err);
   tu_sql(b->url, tfmt("DROP TABLE %s_migrations", t), NULL);
+}
+
+/* A name used with for_update, then wanted with insert: the wrong
+ * --strategy exits 2 (a usage problem, not a database error) and the
+ * message says `dblock forget`; forget hands the free name over, and a
+ * held one is refused with 3. (It used to exit 1, with no way out but
+ * deleting the row by hand.) */
+static void t_forget(const char *be) {
+  const tu_backend *b = migrated(be);
+  const char *name = tname("handover");
+  cmdv c = dblock_cmd(b->url, "for_update");
+  result r;
+  holder h;
+  cv_addl(&c, "run", name, "--", "true", NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  r = try_run(b, "insert", name, "0", NULL, &c);
+  expect_code(&r, &c, 2);
+  if (!strstr(r.err, "dblock forget")) fail_msg("`%s`: no hint: %s", cmdline(&c), r.err);
+  h = hold(b, "for_update", name, NULL, HOLD_SCRIPT);
+  c = dblock_cmd(b->url, NULL);
+  cv_addl(&c, "forget", name, NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 3);
+  unhold(&h);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  r = try_run(b, "insert", name, "0", NULL, &c);
+  expect_code(&r, &c, 0);
 }
 
 /* No database connection of the supervisor leaks into the command. */
@@ -1870,6 +1914,7 @@ PER_BACKEND(run_wait_interrupted)
 PER_BACKEND(min_hold)
 PER_BACKEND(stats)
 PER_BACKEND(baseline)
+PER_BACKEND(forget)
 static void test_run_no_socket_postgres(void **s) {
   (void)s;
   t_run_no_socket("postgres");
@@ -2006,6 +2051,9 @@ int main(void) {
       T(test_baseline_sqlite),
       T(test_baseline_postgres),
       T(test_baseline_mysql),
+      T(test_forget_sqlite),
+      T(test_forget_postgres),
+      T(test_forget_mysql),
       T(test_run_no_socket_postgres),
       T(test_run_no_socket_mysql),
       T(test_list_json_sqlite),

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "drivers/driver.h"
 #include "testutil.h"
 
 static struct {
@@ -415,6 +416,160 @@ static void test_cancel(void **s) {
   dblock_client_free(b);
 }
 
+/* ---- calls from inside on_lost ---- */
+
+typedef struct cb_probe {
+  dblock_client *c;
+  _Atomic(dblock_lock *) l; /* the handle the callback is about */
+  const char *other;
+  int rc_renew, rc_release, rc_acquire, rc_inspect;
+  atomic_llong done_at;
+} cb_probe;
+
+static void cb_calls(const char *name, int64_t fence, int reason, void *arg) {
+  cb_probe *p = arg;
+  dblock_lock *x = NULL;
+  dblock_lock_info info;
+  (void)name, (void)fence, (void)reason;
+  if (atomic_load(&p->done_at) || !atomic_load(&p->l)) return;
+  p->rc_renew = dblock_lock_renew(atomic_load(&p->l));
+  p->rc_release = dblock_lock_release(atomic_load(&p->l));
+  p->rc_acquire = dblock_lock_acquire(&x, p->c, p->other, 0, 0);
+  p->rc_inspect = dblock_lock_inspect(&info, p->c, p->other);
+  atomic_store(&p->done_at, (long long)tu_now_ms());
+}
+
+/* on_lost calling back into its own client (renew, release, acquire,
+ * inspect) gets DBLOCK_EDEADLK at once instead of hanging (renew used to
+ * deadlock: the callback ran with the entry claimed); the release leaves
+ * the handle valid; another lock of the client keeps being renewed
+ * meanwhile and after. The loss: an explicit lease running out (leased
+ * strategies), a force-unlock (for_update where it exists: PostgreSQL,
+ * MariaDB; on SQLite a held for_update lock ends only with its process). */
+static void test_callback_calls(void **s) {
+  cb_probe p = {.rc_renew = 99, .rc_release = 99, .rc_acquire = 99, .rc_inspect = 99};
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *a, *b = cli(0);
+  const char *name = tu_name("cb"), *keep = tu_name("cbkeep");
+  dblock_lock *l2;
+  int64_t t0;
+  (void)s;
+  if (!leased() && is("sqlite")) {
+    dblock_client_free(b);
+    return;
+  }
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.lease_ms = 900;
+  o.on_lost = cb_calls;
+  o.on_lost_arg = &p;
+  a = tu_open_opts(cur.url, &o);
+  p.c = a;
+  p.other = tu_name("cbother");
+  l2 = tu_acquire(a, keep, 0, 0); /* renewed every 300 ms */
+  atomic_store(&p.l, tu_acquire(a, name, 0, leased() ? 400 : 0));
+  t0 = tu_now_ms();
+  if (!leased()) assert_int_equal(dblock_force_unlock(b, name, NULL), 0);
+  while (!atomic_load(&p.done_at) && tu_now_ms() - t0 < 8000) tu_sleep_ms(5);
+  if (!atomic_load(&p.done_at)) fail_msg("on_lost never returned (a call inside it hung)");
+  assert_int_equal(p.rc_renew, DBLOCK_EDEADLK);
+  assert_int_equal(p.rc_release, DBLOCK_EDEADLK);
+  assert_int_equal(p.rc_acquire, DBLOCK_EDEADLK);
+  assert_int_equal(p.rc_inspect, DBLOCK_EDEADLK);
+  tu_sleep_ms(700); /* two of l2's renewals */
+  assert_int_equal(dblock_lock_is_lost(l2), 0);
+  assert_int_equal(tu_try(b, keep), DBLOCK_EBUSY);
+  assert_int_equal(dblock_lock_release(atomic_load(&p.l)), DBLOCK_ELOST); /* handle kept */
+  must_release(l2);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* A reentrant acquire keeps the outer hold's lease: an explicit
+ * 10-minute lease stays 10 minutes when an inner acquire asks for the
+ * client's default (it used to become an unrenewed 30 s lease). */
+static void test_reentrant_keeps_lease(void **s) {
+  dblock_client *a = cli(0);
+  const char *name = tu_name("release");
+  dblock_lock *outer, *inner;
+  int64_t e1;
+  (void)s;
+  outer = tu_acquire(a, name, 0, 600000);
+  e1 = dblock_lock_expires_at(outer);
+  inner = tu_acquire(a, name, 0, 0);
+  assert_int_equal(dblock_lock_hold_count(inner), 2);
+  if (leased()) {
+    if (dblock_lock_expires_at(inner) < e1 - 1000000)
+      fail_msg("the inner acquire shortened the outer lease: %lld -> %lld",
+               (long long)e1, (long long)dblock_lock_expires_at(inner));
+  } else {
+    assert_int_equal(dblock_lock_expires_at(inner), 0); /* no lease */
+  }
+  must_release(inner);
+  must_release(outer);
+  dblock_client_free(a);
+}
+
+typedef struct later_release {
+  dblock_lock *l;
+  int lost_calls_at_800;
+} later_release;
+
+static void *release_later(void *arg) {
+  later_release *r = arg;
+  tu_sleep_ms(800);
+  r->lost_calls_at_800 = atomic_load(&tu_lost_calls);
+  dblock_lock_release(r->l);
+  return NULL;
+}
+
+/* A reentrant acquire that finds its outer hold gone (force-unlocked and
+ * taken by C) tells the loss at once (on_lost) and waits as a fresh
+ * acquire; C's release then grants it afresh: hold count 1, a greater
+ * fence. (It used to wait with the outer entry claimed, so the watchdog
+ * could not report the takeover until the lease's deadline.) for_update
+ * counts reentrant holds in its transaction, with no statement: n/a. */
+static void test_reentrant_after_takeover(void **s) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *a, *b = cli(0), *c = cli(0);
+  const char *name = tu_name("retake");
+  dblock_lock *l, *l2 = NULL;
+  later_release r;
+  pthread_t th;
+  int64_t fa, fc;
+  (void)s;
+  if (!leased()) {
+    dblock_client_free(b);
+    dblock_client_free(c);
+    return;
+  }
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.lease_ms = 3000;
+  o.on_lost = tu_on_lost;
+  a = tu_open_opts(cur.url, &o);
+  atomic_store(&tu_lost_calls, 0);
+  l = tu_acquire(a, name, 0, 0);
+  fa = dblock_lock_fence(l);
+  assert_int_equal(dblock_force_unlock(b, name, NULL), 0);
+  r.l = tu_acquire(c, name, 0, 0);
+  fc = dblock_lock_fence(r.l);
+  assert_int_equal(pthread_create(&th, NULL, release_later, &r), 0);
+  assert_int_equal(dblock_lock_acquire(&l2, a, name, 5000, 0), 0);
+  pthread_join(th, NULL);
+  if (r.lost_calls_at_800 != 1)
+    fail_msg("on_lost calls 800 ms into the reentrant wait: %d (want 1)", r.lost_calls_at_800);
+  assert_int_equal(dblock_lock_hold_count(l2), 1);
+  assert_true(fc > fa && dblock_lock_fence(l2) > fc);
+  assert_int_equal(dblock_lock_is_lost(l), 1);
+  assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  must_release(l2);
+  assert_int_equal(atomic_load(&tu_lost_calls), 1);
+  dblock_client_free(a);
+  dblock_client_free(b);
+  dblock_client_free(c);
+}
+
 /* Clause 7: the watchdog keeps a lock alive for 3x its lease. */
 static void test_watchdog_keeps_lock(void **s) {
   dblock_client *a = cli(600), *b = cli(600);
@@ -671,6 +826,112 @@ static void test_mixing_strategies(void **s) {
   dblock_client_free(a);
 }
 
+/* Handing a name to another strategy: the other strategy is refused
+ * (DBLOCK_EMISMATCH, saying how to hand it over) while the row is this
+ * strategy's; dblock_forget refuses a held name (EBUSY, the holder keeps
+ * it) and deletes a free one; then the other strategy gets it, with a
+ * greater fence. (A used name used to stay with its first strategy for
+ * good.) */
+static void test_forget_hands_over(void **s) {
+  dblock_strategy other = cur.strategy == DBLOCK_STRATEGY_FOR_UPDATE ? DBLOCK_STRATEGY_INSERT
+                                                                       : DBLOCK_STRATEGY_FOR_UPDATE;
+  dblock_client *a = cli(300), *b = tu_open(cur.url, other, cur.table, 0);
+  const char *name = tu_name("forget");
+  dblock_lock *l;
+  int64_t fa;
+  int rc;
+  (void)s;
+  assert_int_equal(dblock_forget(a, name), DBLOCK_ENOTHELD);
+  l = tu_acquire(a, name, 0, 0);
+  fa = dblock_lock_fence(l);
+  assert_int_equal(dblock_forget(b, name), DBLOCK_EBUSY);
+  assert_int_equal(dblock_lock_is_lost(l), 0);
+  must_release(l);
+  if (leased()) {
+    /* released, but its lease (300 ms) has not ended: not yet */
+    assert_int_equal(dblock_forget(b, name), DBLOCK_EBUSY);
+    tu_sleep_ms(400);
+  }
+  rc = tu_try(b, name);
+  if (rc != DBLOCK_EMISMATCH) fail_msg("%s on a free %s row: rc %d (%s)", dblock_strategy_name(other),
+                                       dblock_strategy_name(cur.strategy), rc, tu_errmsg(b));
+  assert_non_null(strstr(tu_errmsg(b), "dblock forget"));
+  assert_int_equal(dblock_forget(b, name), 0);
+  l = tu_acquire(b, name, 0, 0);
+  assert_true(dblock_lock_fence(l) > fa);
+  must_release(l);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+typedef struct row_locker {
+  const char *name;
+  atomic_int locked;
+  int64_t hold_ms;
+} row_locker;
+
+/* Another session of the test's own locks the name's row (SQLite: the
+ * whole database, as any writer does) for hold_ms, then commits. */
+static void *row_locker_main(void *arg) {
+  row_locker *k = arg;
+  const dbl_driver *drv;
+  dbl_conn *c = tu_conn(cur.url, &drv);
+  dbl_err e;
+  char sql[256];
+  dbl_param p = DBL_STR(k->name);
+  memset(&e, 0, sizeof e);
+  if (!c) {
+    atomic_store(&k->locked, -1);
+    return NULL;
+  }
+  if (is("sqlite"))
+    snprintf(sql, sizeof sql, "UPDATE %s SET version = version WHERE name = ?", cur.table);
+  else
+    snprintf(sql, sizeof sql, "SELECT name FROM %s WHERE name = ? FOR UPDATE", cur.table);
+  if (drv->begin(c, &e) == 0 && drv->query(c, sql, &p, 1, NULL, &e) == 0) {
+    atomic_store(&k->locked, 1);
+    tu_sleep_ms(k->hold_ms);
+    drv->commit(c, &e);
+  } else {
+    atomic_store(&k->locked, -1);
+  }
+  drv->close(c);
+  return NULL;
+}
+
+/* A release that meets the row (SQLite: the database) locked by another
+ * session for longer than a lock wait is asked again until that session
+ * lets go, and succeeds (it used to return DBLOCK_EBUSY after 1 s, which
+ * release never promised); the name is then free. for_update holds the row
+ * itself: n/a. */
+static void test_release_waits_out_a_writer(void **s) {
+  dblock_client *a = cli(0), *b = cli(0);
+  const char *name = tu_name("relbusy");
+  row_locker k = {.name = name, .hold_ms = 1300};
+  dblock_lock *l;
+  pthread_t th;
+  int64_t t0;
+  int rc;
+  (void)s;
+  if (!leased()) {
+    dblock_client_free(a);
+    dblock_client_free(b);
+    return;
+  }
+  l = tu_acquire(a, name, 0, 0);
+  assert_int_equal(pthread_create(&th, NULL, row_locker_main, &k), 0);
+  while (!atomic_load(&k.locked)) tu_sleep_ms(2);
+  assert_int_equal(atomic_load(&k.locked), 1);
+  t0 = tu_now_ms();
+  rc = dblock_lock_release(l);
+  pthread_join(th, NULL);
+  if (rc != 0) fail_msg("release with the row locked for 1.3 s: rc %d (%s)", rc, tu_errmsg(a));
+  if (tu_now_ms() - t0 < 1000) fail_msg("released before the other session let go");
+  assert_int_equal(tu_try(b, name), 0);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
 /* In the uncontended case acquire is one round trip and release one
  * (PostgreSQL and MariaDB; counted at the driver). */
 static void test_round_trips(void **s) {
@@ -769,6 +1030,9 @@ int main(void) {
       cmocka_unit_test(test_holder_killed),
       cmocka_unit_test(test_try_timed_blocking),
       cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_callback_calls),
+      cmocka_unit_test(test_reentrant_keeps_lease),
+      cmocka_unit_test(test_reentrant_after_takeover),
       cmocka_unit_test(test_watchdog_keeps_lock),
       cmocka_unit_test(test_lost_callback_on_force_unlock),
       cmocka_unit_test(test_lost_after_expiry_takeover),
@@ -777,6 +1041,8 @@ int main(void) {
       cmocka_unit_test(test_introspection),
       cmocka_unit_test(test_force_unlock_frees_and_bumps),
       cmocka_unit_test(test_mixing_strategies),
+      cmocka_unit_test(test_forget_hands_over),
+      cmocka_unit_test(test_release_waits_out_a_writer),
       cmocka_unit_test(test_round_trips),
       cmocka_unit_test(test_hostile_names),
   };

@@ -323,6 +323,64 @@ out:
   return rc ? dbl_fail(cl, &e) : 0;
 }
 
+/* ---- forgetting a free name -------------------------------------------- */
+
+/* Deletes a name's row only while nobody holds it and no grant can still
+ * be in flight against it: a leased row whose last lease has ended (the
+ * reaper's rule: a released insert row is the fence floor for a grant
+ * whose statement drew its token before the release, so it stays until
+ * the lease is over), a for_update row whose row lock nobody has (the
+ * DELETE waits for it at most FORGET_WAIT_MS, then counts as held). The
+ * fences stay increasing: they come from the table's sequence /
+ * high-water mark. */
+#define FORGET_WAIT_MS 1000
+static const char *PG_FORGET =
+    "DELETE FROM ${schema}.${table} WHERE name = ? AND name <> '' AND "
+    "(strategy = 'for_update' OR expires_at < statement_timestamp())";
+static const char *MY_FORGET =
+    "DELETE FROM ${table} WHERE name = ? AND name <> '' AND "
+    "(strategy = 'for_update' OR expires_at < UTC_TIMESTAMP(6))";
+static const char *LITE_FORGET =
+    "DELETE FROM ${table} WHERE name = ? AND name <> '' AND "
+    "(strategy = 'for_update' OR expires_at < dblock_now_us())";
+
+int dblock_forget(dblock_client *cl, const char *name) {
+  dbl_pconn *pc;
+  dbl_err e;
+  dbl_res r;
+  dbl_param p;
+  dblock_lock_info info;
+  int rc;
+  if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
+  if (cl->opts.read_only) return dbl_read_only(cl);
+  if ((rc = dblock_lock_inspect(&info, cl, name)) != 0) return rc;
+  if (info.held)
+    return dbl_failf(cl, DBLOCK_EBUSY,
+                     "lock '%s' is held (%s): it can be forgotten only once free — wait for "
+                     "its holder, or force-unlock it first",
+                     name, info.strategy);
+  memset(&e, 0, sizeof e);
+  memset(&r, 0, sizeof r);
+  if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
+  p = DBL_STR(name);
+  if ((rc = cl->drv->set_lock_wait(pc->c, FORGET_WAIT_MS, &e)) == 0)
+    rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_FORGET, MY_FORGET, LITE_FORGET)), &p, 1,
+                        &r, &e);
+  if (rc == DBLOCK_ETIMEOUT) rc = DBLOCK_EBUSY; /* a lock wait that ran out */
+  if (rc == 0) {
+    if (r.affected < 1)
+      rc = dbl_err_set(&e, DBLOCK_EBUSY, "", 0,
+                       "lock '%s' is free but its last lease has not ended yet (or it was "
+                       "taken again): not forgotten; try again after the lease",
+                       name);
+    dbl_res_clear(&r);
+  } else if (rc == DBLOCK_EBUSY && !e.msg[0]) {
+    dbl_err_set(&e, DBLOCK_EBUSY, "", 0, "lock '%s' is held: not forgotten", name);
+  }
+  dbl_pool_return(cl, pc, rc);
+  return rc ? dbl_fail(cl, &e) : 0;
+}
+
 /* ---- release of another process's grant ------------------------------ */
 
 /* (Like a release: the row is freed and keeps its fence as the floor for
@@ -382,15 +440,73 @@ static const char *PG_REAP =
  * wait on any row another session has locked (a held for_update lock).
  * So the candidates come from a non-locking read through the expiry index,
  * and the DELETE locks only those rows, by key, re-checking the expiry. */
-static const char *MY_REAP =
-    "DELETE t FROM ${table} t JOIN (SELECT name FROM ${table} "
-    "FORCE INDEX (${table}_expires_idx) "
-    "WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND LIMIT ?) x "
-    "ON t.name = x.name "
-    "WHERE t.expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND";
 static const char *LITE_REAP =
     "DELETE FROM ${table} WHERE name IN (SELECT name FROM ${table} "
     "WHERE expires_at < dblock_now_us() - ? LIMIT ?)";
+
+/* MariaDB: a multi-table DELETE waits for every row lock it meets, and a
+ * held for_update row can carry an old expires_at (set by a force-unlock,
+ * then taken again): every pass used to wait for it and fail. So a batch
+ * is picked with SKIP LOCKED in a transaction — rows locked by a lock
+ * session are passed over, and two reapers split the work instead of
+ * deadlocking — and deleted by name. */
+static const char *MY_REAP_PICK =
+    "SELECT name FROM ${table} FORCE INDEX (${table}_expires_idx) "
+    "WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND "
+    "LIMIT ? FOR UPDATE SKIP LOCKED";
+
+/* One MariaDB batch (see above): *got receives how many rows went. The
+ * DELETEs name the picked rows as hex literals (binary-safe: nothing of a
+ * name is ever SQL), run through the driver's script path in one round
+ * trip: a batch has up to `batch` names, more than a prepared statement's
+ * parameters. */
+static int my_reap_batch(dblock_client *cl, dbl_conn *c, int64_t grace_ms, int batch,
+                         int64_t *got, dbl_err *e) {
+  static const char hex[] = "0123456789abcdef";
+  dbl_res r;
+  dbl_param q[2] = {DBL_I64(grace_ms * 1000), DBL_I64(batch)};
+  char *sql = NULL;
+  size_t size, n;
+  int rc;
+  *got = 0;
+  if ((rc = cl->drv->begin(c, e)) != 0) return rc;
+  if ((rc = cl->drv->query(c, dbl_sql(cl, MY_REAP_PICK), q, 2, &r, e)) != 0) goto fail;
+  if (r.nrows > 0) {
+    size = 16 + (size_t)r.nrows * (strlen(cl->table) + 2 * DBLOCK_NAME_MAX + 40);
+    if (!(sql = malloc(size))) {
+      dbl_res_clear(&r);
+      rc = dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+      goto fail;
+    }
+    /* One primary-key DELETE per picked row, all in one round trip: an IN
+     * list let the optimizer scan the table (on a small one), waiting for
+     * the very rows SKIP LOCKED passed over. */
+    n = 0;
+    for (int i = 0; i < r.nrows; i++) {
+      const unsigned char *name = (const unsigned char *)dbl_res_get(&r, i, 0);
+      n += (size_t)snprintf(sql + n, size - n, "%sDELETE FROM %s WHERE name = X'", i ? ";" : "",
+                            cl->table);
+      for (; name && *name && n + 4 < size; name++) {
+        sql[n++] = hex[*name >> 4];
+        sql[n++] = hex[*name & 15];
+      }
+      sql[n++] = '\'';
+      sql[n] = 0;
+    }
+    /* Every picked row is locked by us and still expired: all of them go. */
+    if ((rc = cl->drv->script(c, sql, e)) == 0) *got = r.nrows;
+    free(sql);
+  }
+  dbl_res_clear(&r);
+  if (rc != 0) goto fail;
+  return cl->drv->commit(c, e);
+fail: {
+  dbl_err scratch;
+  memset(&scratch, 0, sizeof scratch);
+  cl->drv->rollback(c, &scratch);
+  return rc;
+}
+}
 
 int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted) {
   dbl_pconn *pc;
@@ -406,6 +522,7 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
     return dbl_failf(cl, DBLOCK_EINVAL, "grace and batch must not be negative");
   if (cl->opts.read_only) return dbl_read_only(cl);
   if (batch == 0) batch = 1000;
+  if (cl->drv->dialect == DBL_MY && batch > 10000) batch = 10000; /* (one DELETE's list) */
   memset(&e, 0, sizeof e);
   if ((rc = dbl_pool_get(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
   /* A batch may wait briefly for a row that a holder is renewing. */
@@ -418,9 +535,14 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
     p[n++] = DBL_I64(grace_ms * 1000);
     p[n++] = DBL_I64(batch);
     if (cl->drv->dialect != DBL_LITE) p[n++] = DBL_I64(grace_ms * 1000);
+    int64_t got;
     dbl_call_bound(cl, pc, 0); /* each batch gets the call limit */
-    rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_REAP, MY_REAP, LITE_REAP)), p, n,
-                        &r, &e);
+    if (cl->drv->dialect == DBL_MY) {
+      rc = my_reap_batch(cl, pc->c, grace_ms, batch, &got, &e);
+      r.affected = got;
+    } else {
+      rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_REAP, NULL, LITE_REAP)), p, n, &r, &e);
+    }
     /* Two reapers (or a reaper and a renewal) can deadlock in InnoDB; the
      * victim's batch was rolled back whole, so it is run again — after a
      * random pause, or two reapers working the same rows would keep
@@ -433,8 +555,8 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
       continue;
     }
     if (rc) break;
-    int64_t got = r.affected;
-    dbl_res_clear(&r);
+    got = r.affected;
+    if (cl->drv->dialect != DBL_MY) dbl_res_clear(&r);
     total += got;
     if (got < batch) break;
     /* SQLite has one writer at a time: leave a gap between batches so that

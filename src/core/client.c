@@ -416,6 +416,13 @@ static int pool_take_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t dea
   dbl_pconn **list = txn ? &cl->txn_idle : &cl->idle;
   int *count = txn ? &cl->ntxn_idle : &cl->nidle;
   int rc, closing;
+  /* Every call that talks to the database passes here: from the client's
+   * own callback it could wait on the watchdog or a worker running it. */
+  if (dbl_tls_callback == cl)
+    return dbl_err_set(e, DBLOCK_EDEADLK, "", 0,
+                       "called from this client's own on_lost or log callback, where it could "
+                       "wait for the thread running the callback: note the event and act on it "
+                       "from another thread");
   pthread_mutex_lock(&cl->mu);
   closing = cl->closing;
   if (*list && !closing) {
@@ -611,6 +618,16 @@ int dbl_read_only(dblock_client *cl) {
                    "locks but takes, releases and changes none");
 }
 
+_Thread_local const dblock_client *dbl_tls_callback;
+
+int dbl_callback_guard(dblock_client *cl) {
+  if (!cl || dbl_tls_callback != cl) return 0;
+  return dbl_failf(cl, DBLOCK_EDEADLK,
+                   "called from this client's own on_lost or log callback, where it could "
+                   "wait for the thread running the callback: note the event and act on it "
+                   "from another thread");
+}
+
 void dbl_log(dblock_client *cl, int level, const char *fmt, ...) {
   char msg[768];
   va_list ap;
@@ -618,8 +635,12 @@ void dbl_log(dblock_client *cl, int level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (cl->opts.log) cl->opts.log(level, msg, cl->opts.log_arg);
-  else fprintf(stderr, "dblock: %s: %s\n", level <= DBLOCK_LOG_WARNING ? "warning" : "info", msg);
+  if (cl->opts.log) {
+    const dblock_client *outer = dbl_tls_callback;
+    dbl_tls_callback = cl;
+    cl->opts.log(level, msg, cl->opts.log_arg);
+    dbl_tls_callback = outer;
+  } else fprintf(stderr, "dblock: %s: %s\n", level <= DBLOCK_LOG_WARNING ? "warning" : "info", msg);
 }
 
 struct open_cut { const dbl_driver *drv; dbl_pconn *pc; };
@@ -748,6 +769,8 @@ void dblock_client_free(dblock_client *cl) {
   dbl_pconn *pc;
   struct dbl_held *h;
   if (!cl) return;
+  /* From its own callback it would join the thread running it. */
+  if (dbl_callback_guard(cl) != 0) return;
   pthread_mutex_lock(&cl->mu);
   cl->closing = 1;
   /* Renewals and reaper passes still talking to the server end now, so

@@ -68,7 +68,9 @@ typedef struct dbl_sql_entry {
 } dbl_sql_entry;
 
 #define DBL_SQL_CACHE 64
-enum { LOST_UNTOLD = 0, LOST_TELLING, LOST_TOLD };
+/* A lost entry's notification: not yet, queued for a worker (the
+ * watchdog declared it), being told (on_lost running), told. */
+enum { LOST_UNTOLD = 0, LOST_QUEUED, LOST_TELLING, LOST_TOLD };
 #define DBL_MAX_WORKERS 16
 /* Acquires blocked in the server that one cancel can reach at once (more
  * wait in pieces of at most CANCEL_PIECE_MS: see lock.c). */
@@ -109,6 +111,10 @@ struct dblock_client {
   pthread_cond_t work;   /* a renewal was queued, or closing */
   pthread_t workers[DBL_MAX_WORKERS];
   int nworkers, idle_workers, nqueued;
+  int ntell;             /* entries LOST_QUEUED: on_lost due on a worker */
+  int ntelling;          /* workers running an on_lost now (at most half of
+                            DBL_MAX_WORKERS: slow callbacks never take every
+                            worker from the renewals) */
 
   dbl_sql_entry sql[DBL_SQL_CACHE];
   int nsql;
@@ -132,6 +138,13 @@ struct dblock_client {
   int cancel_fd[2];
   _Atomic uintptr_t cancel_slot[DBL_CANCEL_SLOTS];
 };
+
+/* The client whose on_lost or log callback this thread is running (NULL
+ * outside one). A dblock call on that client from inside its callback
+ * could wait for the very thread that runs it: the entry points refuse
+ * it with DBLOCK_EDEADLK (dbl_callback_guard: 0, or the refusal). */
+extern _Thread_local const dblock_client *dbl_tls_callback;
+int dbl_callback_guard(dblock_client *cl);
 
 /* The refusal of a write by a read_only client (DBLOCK_EPERM). */
 int dbl_read_only(dblock_client *cl);
@@ -235,6 +248,10 @@ void dbl_interrupt_all(dblock_client *cl);
 /* Tells the watchdog that a lock is due for renewal at due_ms (monotonic);
  * wakes it only if it sleeps past that. */
 void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms);
+/* Runs on_lost (and the loss log line) for h, which the caller has marked
+ * LOST_TELLING, letting mu go during the call; marks it LOST_TOLD. Caller
+ * holds mu. */
+void dbl_tell_locked(dblock_client *cl, struct dbl_held *h);
 /* Marks h lost (if not already) and calls the user's callback once; if
  * another thread is calling it right now, waits until it has returned.
  * Called without the mutex held. */

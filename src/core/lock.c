@@ -117,7 +117,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
 /* One attempt on a borrowed connection. For for_update a grant keeps the
  * connection pinned in h; otherwise it goes back to the pool. */
 static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
-                   int attempt_no, int64_t wait_ms, uint64_t hash, dbl_err *e) {
+                   int attempt_no, int64_t wait_ms, uint64_t hash, int *taken, dbl_err *e) {
   dbl_pconn *pc;
   dbl_op op;
   int rc, pins = cl->strat->pins_connection, slot = -1;
@@ -166,6 +166,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
    * deadlock victim (InnoDB 1213, PostgreSQL 40P01) changed nothing: both
    * are "busy", and the caller's wait policy decides what happens next. */
   if (rc == DBLOCK_ETIMEOUT || rc == DBLOCK_ERETRY) rc = DBLOCK_EBUSY;
+  *taken = rc == DBLOCK_EBUSY && op.taken;
   if (rc == 0) {
     pthread_mutex_lock(&cl->mu);
     h->fence = op.g.fence;
@@ -193,7 +194,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
                         int64_t wait_ms, int64_t lease_ms) {
   struct dbl_held *h, *mine;
   dbl_err e;
-  int rc, reentrant = 0, tries = 0;
+  int rc, reentrant = 0, tries = 0, taken = 0;
   int auto_renew = !cl || !cl->strat->has_lease || lease_ms == 0;
   int64_t thread = dbl_thread_id(), deadline, now, due, started;
   int64_t cap_ms;
@@ -202,6 +203,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
 
   if (!out || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
   *out = NULL;
+  if ((rc = dbl_callback_guard(cl)) != 0) return rc;
   if (cl->opts.read_only) return dbl_read_only(cl);
   if (dbl_cancelled(cl)) {
     DBL_COUNT(cl, cancelled);
@@ -262,8 +264,13 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   snprintf(h->name, sizeof h->name, "%s", name);
   h->name_len = strlen(name);
   h->thread = thread;
-  h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
-  h->auto_renew = auto_renew;
+  /* A reentrant acquire keeps the outer hold's lease and renewal (its own
+   * lease_ms is ignored): an inner call must not turn an explicit
+   * 10-minute lease into an unrenewed 30 s one, or the reverse. */
+  if (!reentrant) {
+    h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
+    h->auto_renew = auto_renew;
+  }
 
   started = dbl_mono_ms();
   deadline = wait_ms > 0 ? started + wait_ms : 0;
@@ -282,9 +289,31 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
       if (wait_ms > 0 && server_wait < 1) server_wait = 1;
       if (server_wait > cl->opts.call_timeout_ms) server_wait = cl->opts.call_timeout_ms;
     }
-    rc = attempt(cl, h, reentrant, tries, server_wait, hash, &e);
+    rc = attempt(cl, h, reentrant, tries, server_wait, hash, &taken, &e);
     tries++;
     if (rc != DBLOCK_EBUSY) break;
+    if (reentrant && taken) {
+      /* The owner-checked reentrant statement found another owner: our
+       * outer hold is gone (expired and taken over, or force-unlocked).
+       * Tell it lost now (before letting go of the claim, so no release
+       * can free the entry meanwhile) and go on as a fresh acquire — never
+       * wait with the outer entry claimed, which would keep the watchdog
+       * off it. (A lock wait or a deadlock is no such answer: taken 0.) */
+      dbl_mark_lost(cl, mine);
+      pthread_mutex_lock(&cl->mu);
+      unclaim(cl, mine);
+      pthread_mutex_unlock(&cl->mu);
+      mine = NULL;
+      reentrant = 0;
+      tries = 0; /* (a fresh acquire: its first attempt says "another strategy") */
+      memset(h, 0, sizeof *h);
+      snprintf(h->name, sizeof h->name, "%s", name);
+      h->name_len = strlen(name);
+      h->thread = thread;
+      h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
+      h->auto_renew = auto_renew;
+      continue;
+    }
     if (wait_ms == 0) break;
     now = dbl_mono_ms();
     if (wait_ms > 0 && now >= deadline) {
@@ -327,7 +356,9 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     if (rc == DBLOCK_ECANCELED)
       return dbl_failf(cl, rc, "acquire of '%s' cancelled (dblock_client_cancel)", name);
     if (rc == DBLOCK_EMISMATCH && !e.msg[0])
-      return dbl_failf(cl, rc, "lock '%s' is managed by another strategy than '%s'",
+      return dbl_failf(cl, rc,
+                       "lock '%s' is managed by another strategy than '%s' (once nobody "
+                       "holds it, `dblock forget NAME` / dblock_forget() hands it over)",
                        name, cl->strat->name);
     return dbl_fail(cl, &e);
   }
@@ -385,12 +416,35 @@ static void drop_held(dblock_client *cl, struct dbl_held *h) {
 }
 
 /* One owner-checked release statement; a deadlock victim changed nothing,
- * so it runs again. */
-static int release_once(dblock_client *cl, dbl_op *op, int final) {
+ * so it runs again. So did a lock wait that ran out (the database or the
+ * row locked by another session: a SQLite writer, a for_update
+ * transaction on the name): it is asked again until the call limit, then
+ * reported as DBLOCK_ETIMEOUT — not released, the lock ends with its
+ * lease (busy is no answer to a release). */
+#define RELEASE_LOCK_WAIT_MS 1000
+static int release_once(dblock_client *cl, dbl_op *op, int final, int pinned) {
   int rc, tries = 0;
-  while ((rc = cl->strat->release(op, final)) == DBLOCK_ERETRY && tries++ < 5) {
+  /* Each try waits RELEASE_LOCK_WAIT_MS for the lock, and the last must end
+   * before the call window (call_timeout_ms from when the connection was
+   * taken) is cut by the watchdog. */
+  int64_t start = dbl_mono_ms();
+  int64_t until = start + cl->opts.call_timeout_ms - 2 * RELEASE_LOCK_WAIT_MS;
+  if (!pinned && (rc = cl->drv->set_lock_wait(op->conn, RELEASE_LOCK_WAIT_MS, op->e)) != 0)
+    return rc;
+  for (;;) {
+    rc = cl->strat->release(op, final);
+    if (rc == DBLOCK_ERETRY && tries++ < 5) continue;
+    if (pinned || (rc != DBLOCK_EBUSY && rc != DBLOCK_ETIMEOUT)) return rc;
+    if (dbl_mono_ms() >= until)
+      return dbl_err_set(op->e, DBLOCK_ETIMEOUT, "", 0,
+                         "release of '%.*s': the database stayed locked by another session "
+                         "for %lld ms; not released (the lock ends with its lease)",
+                         (int)op->name_len, op->name, (long long)(dbl_mono_ms() - start));
+    {
+      struct timespec pause = {0, 5000000}; /* (the lock wait itself took longer) */
+      nanosleep(&pause, NULL);
+    }
   }
-  return rc;
 }
 
 int dblock_lock_release(dblock_lock *l) {
@@ -403,6 +457,7 @@ int dblock_lock_release(dblock_lock *l) {
   if (!l) return dbl_failf(NULL, DBLOCK_EINVAL, "lock handle is NULL");
   cl = l->client;
   h = l->held;
+  if ((rc = dbl_callback_guard(cl)) != 0) return rc; /* (handle kept) */
   memset(&e, 0, sizeof e);
   pthread_mutex_lock(&cl->mu);
   claim(cl, h);
@@ -427,7 +482,7 @@ int dblock_lock_release(dblock_lock *l) {
     if (rc == 0) {
       dbl_op_init(&op, cl, pc, h, &e);
       op.reentrant = !final;
-      rc = dbl_call_check(cl, pc, release_once(cl, &op, final), &e);
+      rc = dbl_call_check(cl, pc, release_once(cl, &op, final, h->pinned != NULL), &e);
       /* (for_update reports a dead session at COMMIT as lost: nobody can
        * tell whether it died before the COMMIT or after it.) */
       if (rc == DBLOCK_ECONN && !h->pinned && final) {
@@ -439,10 +494,12 @@ int dblock_lock_release(dblock_lock *l) {
          * asked again: a second decrement could count one hold twice.) */
         dbl_pool_discard(cl, pc);
         pc = NULL;
+        dbl_log(cl, DBLOCK_LOG_INFO,
+                "release of lock '%s': no reply; asking again on a fresh connection", h->name);
         if (dbl_pool_get(cl, &pc, 0, &e) == 0) {
           dbl_op_init(&op, cl, pc, h, &e);
           op.reentrant = !final;
-          rc = dbl_call_check(cl, pc, release_once(cl, &op, final), &e);
+          rc = dbl_call_check(cl, pc, release_once(cl, &op, final, h->pinned != NULL), &e);
           /* Gone, and the lease cannot have ended before this second look
            * ran: the first release did it. */
           if (rc == DBLOCK_ELOST && (h->lease_ms <= 0 || dbl_mono_ms() < h->deadline_ms)) rc = 0;
@@ -474,7 +531,19 @@ int dblock_lock_release(dblock_lock *l) {
      * outside the mutex (closing takes it). */
     pc = h->pinned;
     h->pinned = NULL;
-    if (h->handles <= 0) drop_held(cl, h);
+    if (h->handles <= 0) {
+      /* Declared lost by the watchdog while this release ran: if the
+       * release still won (rc 0) the notification is moot; otherwise it is
+       * told here, before the entry goes. One running on a worker still
+       * uses h: wait for it before freeing. */
+      if (h->lost_notified == LOST_QUEUED) {
+        cl->ntell--;
+        h->lost_notified = rc == 0 ? LOST_TOLD : LOST_TELLING;
+        if (rc != 0) dbl_tell_locked(cl, h);
+      }
+      while (h->lost_notified == LOST_TELLING) pthread_cond_wait(&cl->cv, &cl->mu);
+      drop_held(cl, h);
+    }
   } else {
     pc = NULL;
   }
@@ -529,6 +598,8 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
      * died: the renewal is keyed by owner and fence, so running it again
      * on a fresh connection reports the true state — renewed, or lost. */
     dbl_pool_discard(cl, pc);
+    dbl_log(cl, DBLOCK_LOG_INFO,
+            "renewal of lock '%s': no reply; asking again on a fresh connection", h->name);
     if ((rc = dbl_pool_get_by(cl, &pc, 0, last, e)) != 0) return rc;
     dbl_op_init(&op, cl, pc, h, e);
     rc = dbl_call_check(cl, pc, renew_once(cl, &op), e);
@@ -540,6 +611,7 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
     if (dbl_call_end(cl, pc) || rc == DBLOCK_ECONN) rc = DBLOCK_ELOST;
   }
   if (rc == 0) {
+    DBL_COUNT(cl, renewals);
     pthread_mutex_lock(&cl->mu);
     h->expires_us = op.g.expires_us;
     h->version = op.g.version;
@@ -557,6 +629,7 @@ int dblock_lock_renew(dblock_lock *l) {
   if (!l) return dbl_failf(NULL, DBLOCK_EINVAL, "lock handle is NULL");
   cl = l->client;
   h = l->held;
+  if ((rc = dbl_callback_guard(cl)) != 0) return rc;
   memset(&e, 0, sizeof e);
   pthread_mutex_lock(&cl->mu);
   claim(cl, h);

@@ -21,9 +21,6 @@
 
 #include "internal.h"
 
-/* Lost entries the watchdog reports per pass (more: another pass at once). */
-#define LOST_BATCH 16
-
 /* A renewal that failed for an unknown reason is tried again after
  * a quarter of what is left before the loss deadline, within these. */
 #define RETRY_MIN_MS 50
@@ -71,7 +68,7 @@ void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms)
  * (so h cannot be freed meanwhile: every path that frees an entry first
  * waits in dbl_mark_lost), with mu let go during the call; then marks it
  * TOLD and wakes whoever waits for that. Caller holds mu. */
-static void tell_locked(dblock_client *cl, struct dbl_held *h) {
+void dbl_tell_locked(dblock_client *cl, struct dbl_held *h) {
   char name[DBLOCK_NAME_MAX + 1];
   int64_t fence = h->fence;
   memcpy(name, h->name, sizeof name);
@@ -80,7 +77,14 @@ static void tell_locked(dblock_client *cl, struct dbl_held *h) {
   dbl_warn(cl, "lock '%s' (fence %lld) lost: its lease ran out unconfirmed, it was taken over or "
            "force-unlocked, or its session ended",
            name, (long long)fence);
-  if (cl->opts.on_lost) cl->opts.on_lost(name, fence, DBLOCK_ELOST, cl->opts.on_lost_arg);
+  if (cl->opts.on_lost) {
+    /* (dblock calls on this client from the callback are refused:
+     * dbl_callback_guard) */
+    const dblock_client *outer = dbl_tls_callback;
+    dbl_tls_callback = cl;
+    cl->opts.on_lost(name, fence, DBLOCK_ELOST, cl->opts.on_lost_arg);
+    dbl_tls_callback = outer;
+  }
   pthread_mutex_lock(&cl->mu);
   h->lost_notified = LOST_TOLD;
   pthread_cond_broadcast(&cl->cv);
@@ -89,9 +93,10 @@ static void tell_locked(dblock_client *cl, struct dbl_held *h) {
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
   pthread_mutex_lock(&cl->mu);
   h->lost = DBLOCK_ELOST;
-  if (h->lost_notified == LOST_UNTOLD) {
+  if (h->lost_notified == LOST_QUEUED) cl->ntell--; /* told here, not by a worker */
+  if (h->lost_notified == LOST_UNTOLD || h->lost_notified == LOST_QUEUED) {
     h->lost_notified = LOST_TELLING;
-    tell_locked(cl, h);
+    dbl_tell_locked(cl, h);
   } else {
     /* Being told by another thread right now: whoever returns ELOST
      * returns it after the callback has run. */
@@ -110,29 +115,24 @@ static void wait_until(dblock_client *cl, int64_t at_ms) {
   cl->wd_wake_ms = 0; /* awake: it will look at everything anyway */
 }
 
-/* Declares every lock whose loss deadline has passed lost, putting up to
- * LOST_BATCH of those whose callback is due (marked TELLING) into tell.
- * Returns how many; *next is lowered to the next deadline. Caller holds mu. */
-static int declare_losses(dblock_client *cl, int64_t now, int64_t *next,
-                          struct dbl_held **tell) {
-  int n = 0;
+/* Declares every lock whose loss deadline has passed lost (is_lost says
+ * so from now on) and queues its notification for a renewal worker: the
+ * watchdog never runs user code, so a slow on_lost cannot hold up anything
+ * it keeps (deadlines, call bounds, renewals). *next is lowered to the
+ * next deadline. Caller holds mu. */
+static void declare_losses(dblock_client *cl, int64_t now, int64_t *next) {
   for (struct dbl_held *h = cl->held; h; h = h->next) {
     if (h->lost || h->lost_at_ms <= 0 || h->handles <= 0) continue;
     if (now < h->lost_at_ms) {
       if (h->lost_at_ms < *next) *next = h->lost_at_ms;
       continue;
     }
-    if (n == LOST_BATCH) {
-      *next = now; /* more to report: another pass right away */
-      break;
-    }
     h->lost = DBLOCK_ELOST;
     if (h->lost_notified == LOST_UNTOLD) {
-      h->lost_notified = LOST_TELLING;
-      tell[n++] = h;
+      h->lost_notified = LOST_QUEUED;
+      cl->ntell++;
     }
   }
-  return n;
 }
 
 /* Claims every entry due for renewal and queues it for a worker. Caller
@@ -171,11 +171,12 @@ static void cut_late_calls(dblock_client *cl, int64_t now, int64_t *next) {
 }
 
 static void *worker_main(void *arg);
+static struct dbl_held *take_tell(dblock_client *cl);
 
 /* Makes sure a worker will pick up each queued renewal. Caller holds mu. */
 static void dispatch(dblock_client *cl) {
-  if (!cl->nqueued) return;
-  while (cl->nqueued > cl->idle_workers && cl->nworkers < DBL_MAX_WORKERS &&
+  if (!cl->nqueued && !cl->ntell) return;
+  while (cl->nqueued + cl->ntell > cl->idle_workers && cl->nworkers < DBL_MAX_WORKERS &&
          pthread_create(&cl->workers[cl->nworkers], NULL, worker_main, cl) == 0) {
     cl->nworkers++;
     cl->idle_workers++; /* counted free from its start, so no second spawn */
@@ -187,21 +188,36 @@ static void dispatch(dblock_client *cl) {
 
 static void *watchdog_main(void *arg) {
   dblock_client *cl = arg;
-  struct dbl_held *tell[LOST_BATCH];
   pthread_mutex_lock(&cl->mu);
   while (!cl->closing) {
     int64_t now = dbl_mono_ms(), next = now + 1000;
-    int n = declare_losses(cl, now, &next, tell);
+    declare_losses(cl, now, &next);
     queue_renewals(cl, now, &next);
     cut_late_calls(cl, now, &next);
     dispatch(cl);
-    if (n) {
-      for (int i = 0; i < n; i++) tell_locked(cl, tell[i]);
-      continue; /* time has passed: look again before sleeping */
+    if (cl->ntell && cl->nworkers == 0) {
+      /* No worker could be started: tell the losses here rather than
+       * never (the callback then delays this thread). */
+      struct dbl_held *h = take_tell(cl);
+      if (h) dbl_tell_locked(cl, h);
+      continue;
     }
     if (next > now) wait_until(cl, next);
   }
   pthread_mutex_unlock(&cl->mu);
+  return NULL;
+}
+
+/* Takes the first entry whose loss is to be told, marked TELLING. Caller
+ * holds mu. */
+static struct dbl_held *take_tell(dblock_client *cl) {
+  if (!cl->ntell || cl->ntelling >= DBL_MAX_WORKERS / 2) return NULL;
+  for (struct dbl_held *h = cl->held; h; h = h->next)
+    if (h->lost_notified == LOST_QUEUED) {
+      h->lost_notified = LOST_TELLING;
+      cl->ntell--;
+      return h;
+    }
   return NULL;
 }
 
@@ -223,7 +239,6 @@ static void renew_one(dblock_client *cl, struct dbl_held *h) {
   int64_t retry = 0;
   memset(&e, 0, sizeof e);
   rc = dbl_renew_held(cl, h, &e);
-  if (rc == 0) DBL_COUNT(cl, renewals);
   if (rc == DBLOCK_ELOST) dbl_mark_lost(cl, h);
   if (rc != 0 && rc != DBLOCK_ELOST) {
     /* Outcome unknown (connection trouble, a call cut): try again soon on
@@ -253,7 +268,16 @@ static void *worker_main(void *arg) {
   dblock_client *cl = arg;
   pthread_mutex_lock(&cl->mu);
   while (!cl->closing) {
-    struct dbl_held *h = take_queued(cl);
+    struct dbl_held *h = take_tell(cl);
+    if (h) {
+      cl->idle_workers--;
+      cl->ntelling++;
+      dbl_tell_locked(cl, h); /* (lets mu go during the callback) */
+      cl->ntelling--;
+      cl->idle_workers++;
+      continue;
+    }
+    h = take_queued(cl);
     if (!h) {
       pthread_cond_wait(&cl->work, &cl->mu);
       continue;

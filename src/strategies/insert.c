@@ -137,6 +137,7 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
      * checked once per acquire call, not on every poll. */
     if (op->attempt == 0 && (rc = dbl_row_strategy_is(op, "insert", &other)) == 0 && other)
       return DBLOCK_EMISMATCH;
+    op->taken = 1;
     return DBLOCK_EBUSY;
   }
   if (my) {

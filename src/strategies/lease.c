@@ -132,7 +132,8 @@ int dbl_row_strategy_is(dbl_op *op, const char *strategy, int *is_other) {
     *is_other = !lease_pair;
     if (*is_other)
       dbl_err_set(op->e, DBLOCK_EMISMATCH, "", 0,
-                  "lock '%.*s' is managed by the %s strategy; this client uses %s",
+                  "lock '%.*s' is managed by the %s strategy; this client uses %s (once "
+                  "nobody holds it, `dblock forget NAME` hands it over)",
                   (int)op->name_len, op->name, dbl_res_get(&r, 0, 0), strategy);
   }
   dbl_res_clear(&r);

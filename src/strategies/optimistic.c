@@ -183,7 +183,8 @@ static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
     dbl_res_clear(&r);
     return dbl_err_set(op->e, DBLOCK_EMISMATCH, "", 0,
                        "lock '%.*s' is managed by the for_update strategy; "
-                       "this client uses optimistic",
+                       "this client uses optimistic (once nobody holds it, `dblock forget "
+                       "NAME` hands it over)",
                        (int)op->name_len, op->name);
   }
   *version = dbl_res_i64(&r, 0, 0);
@@ -223,6 +224,7 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
     op->version_hint = v;
     if (other) {
       op->version_hint = VERSION_ANY;
+      op->taken = 1;
       return DBLOCK_EBUSY;
     }
     if ((rc = cas(op, v)) != DBLOCK_EBUSY) {

@@ -40,6 +40,9 @@ typedef struct dbl_op {
   int reentrant;          /* this owner already holds the name */
   int attempt;            /* 0 for the first try of this acquire call, then 1, 2, ... */
   int64_t version_hint;   /* optimistic: last known row version, -1 = none */
+  int taken;              /* out: the acquire statement answered "another owner
+                             holds it" (not a lock wait or a deadlock: those
+                             are DBLOCK_EBUSY too, with taken 0) */
   dbl_err *e;
 } dbl_op;
 

@@ -42,6 +42,7 @@ int cli_exit_code(int code) {
   case DBLOCK_ELOST:
   case DBLOCK_ENOTHELD: return CLI_LOST;
   case DBLOCK_EINVAL: return CLI_USAGE;
+  case DBLOCK_EMISMATCH: return CLI_USAGE; /* the wrong --strategy for the name */
   default: return CLI_DBERR;
   }
 }

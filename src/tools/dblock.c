@@ -47,14 +47,16 @@ enum {
   O_VERSION = 1 << 13,
   O_MIN_HOLD = 1 << 14,
   O_BASELINE = 1 << 15,
+  O_OWNER_HOST = 1 << 16,
 };
 
 /* Options every command accepts (some are simply unused by a command). */
-#define O_GLOBAL (O_URL | O_STRATEGY | O_LEASE | O_WAIT | O_TABLE | O_CONFLICT | O_JSON | O_HELP | O_VERSION)
+#define O_GLOBAL (O_URL | O_STRATEGY | O_LEASE | O_WAIT | O_TABLE | O_CONFLICT | O_JSON | O_HELP | \
+                  O_VERSION | O_OWNER_HOST)
 
 typedef struct args {
   unsigned seen;
-  const char *url, *table, *token;
+  const char *url, *table, *token, *owner_host;
   dblock_strategy strategy;
   int64_t lease_ms, wait_ms, grace_ms, kill_after_ms, min_hold_ms;
   int batch;
@@ -156,6 +158,7 @@ static int open_client(dblock_client **cl, args *a) {
   if (!url) return usage_error(a, "no database URL: give --url or set DBLOCK_URL");
   o.strategy = a->strategy;
   o.table = a->table;
+  o.owner_host = a->owner_host;
   o.on_lost = on_lost;
   /* Commands that only read may run against a replica (and on Galera
    * whatever --strategy says). */
@@ -1107,6 +1110,32 @@ static int cmd_force_unlock(args *a) {
   return CLI_OK;
 }
 
+/* Deletes a free name's row (dblock_forget), so another strategy can use
+ * the name. Busy (exit 3) when it is held: nothing is deleted. */
+static int cmd_forget(args *a) {
+  dblock_client *cl;
+  const char *name = NULL;
+  int rc;
+  if ((rc = need_name(a, &name)) != 0) return rc;
+  if ((rc = open_client(&cl, a)) != 0) return rc;
+  rc = dblock_forget(cl, name);
+  if (rc != 0) {
+    rc = report(a, "forget", cl, rc);
+    dblock_client_free(cl);
+    return rc;
+  }
+  if (a->json) {
+    fputs("{\"ok\":true,\"name\":", stdout);
+    cli_json_str(stdout, name);
+    puts(",\"forgotten\":true}");
+  } else {
+    printf("forgot '%s' (its row is deleted; the next acquire, with any strategy, creates it)\n",
+           name);
+  }
+  dblock_client_free(cl);
+  return CLI_OK;
+}
+
 /* ---- help --------------------------------------------------------------- */
 
 static int cmd_help(args *a);
@@ -1173,6 +1202,11 @@ static const command COMMANDS[] = {
      "Frees NAME whoever holds it and advances its fencing token; prints\n"
      "fence=N (the new token). The old holder's handle reports the lock lost.\n"
      "A held for_update lock can only be force-unlocked on PostgreSQL.\n"},
+    {"forget", 0, cmd_forget, "forget NAME",
+     "Deletes the row of NAME while nobody holds it, so the name can be used with\n"
+     "another strategy (an acquire with the wrong --strategy exits 2 and says\n"
+     "so). A held name is left alone and the exit status is 3. Fencing tokens\n"
+     "stay increasing.\n"},
     {"help", 0, cmd_help, "help [COMMAND]", "Shows this help, or a command's.\n"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
@@ -1187,6 +1221,8 @@ static const char OPTIONS_HELP[] =
     "  -w, --wait D               how long to wait for a busy lock (acquire: 0,\n"
     "                               run: forever)\n"
     "  --table NAME               lock table (default dblock_locks)\n"
+    "  --owner-host H             the holder's host as recorded (default: the\n"
+    "                               host name; e.g. a pod's stable name)\n"
     "  -E, --conflict-exit-code N exit status when busy / timed out (default 3)\n"
     "  --json                     JSON output (every command but run and help)\n"
     "  --token T                  release: the token printed by acquire\n"
@@ -1271,7 +1307,7 @@ static int parse_int(args *a, const char *opt, const char *v, long lo, long hi, 
 
 int main(int argc, char **argv) {
   enum { L_URL = 1000, L_STRATEGY, L_LEASE, L_TABLE, L_JSON, L_STATUS, L_TOKEN, L_GRACE,
-         L_BATCH, L_KILL_AFTER, L_MIN_HOLD, L_BASELINE };
+         L_BATCH, L_KILL_AFTER, L_MIN_HOLD, L_BASELINE, L_OWNER_HOST };
   static const struct option longopts[] = {
       {"url", required_argument, NULL, L_URL},
       {"strategy", required_argument, NULL, L_STRATEGY},
@@ -1287,6 +1323,7 @@ int main(int argc, char **argv) {
       {"kill-after", required_argument, NULL, L_KILL_AFTER},
       {"min-hold", required_argument, NULL, L_MIN_HOLD},
       {"baseline", no_argument, NULL, L_BASELINE},
+      {"owner-host", required_argument, NULL, L_OWNER_HOST},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -1322,6 +1359,12 @@ int main(int argc, char **argv) {
       if ((rc = parse_duration(&a, "--wait", optarg, &a.wait_ms, 1, 0)) != 0) return rc;
       break;
     case L_TABLE: a.seen |= O_TABLE; a.table = optarg; break;
+    case L_OWNER_HOST:
+      a.seen |= O_OWNER_HOST;
+      if (!*optarg || strlen(optarg) > 255)
+        return usage_error(NULL, "bad value for --owner-host: 1 to 255 bytes");
+      a.owner_host = optarg;
+      break;
     case 'E':
       a.seen |= O_CONFLICT;
       if ((rc = parse_int(&a, "--conflict-exit-code", optarg, 0, 255, &a.conflict_code)) != 0)
