@@ -183,6 +183,37 @@ static void unlock_migrations(dblock_client *cl, dbl_conn *c, int ok) {
   }
 }
 
+/* Takes the connection a migration runs on: its own, longer call bound
+ * (it may wait for another migrator, up to 120 s, and for DDL locks behind
+ * lock transactions), and never on a replica, whatever the user's
+ * privileges (*topo: what the probe found). what names the operation in
+ * the refusal. */
+static int migration_conn(dblock_client *cl, dbl_pconn **out, dbl_topology *topo,
+                          const char *what, dbl_err *e) {
+  dbl_pconn *pc;
+  int rc;
+  memset(topo, 0, sizeof *topo);
+  if ((rc = dbl_pool_take(cl, &pc, 0, e)) != 0) return rc;
+  dbl_call_bound(cl, pc, dbl_mono_ms() + MIGRATE_BOUND_MS);
+  if (cl->drv->probe && (rc = cl->drv->probe(pc->c, topo, 0, e)) == 0 && topo->read_only)
+    rc = dbl_err_set(e, DBLOCK_EREPLICA, "25006", 0,
+                     "connected to a read-only server: %s on the primary", what);
+  if (rc != 0) {
+    dbl_pool_return(cl, pc, rc);
+    return rc;
+  }
+  *out = pc;
+  return 0;
+}
+
+/* Records migration m as applied, with this build's checksum sum. */
+static int record(dblock_client *cl, dbl_conn *c, const dbl_migration *m, const char *sum,
+                  dbl_err *e) {
+  dbl_param p[3] = {DBL_I64(m->version), DBL_STR(m->name), DBL_STR(sum)};
+  return cl->drv->query(c, dbl_sql(cl, pick(cl, PG_RECORD, MY_RECORD, LITE_RECORD)), p, 3, NULL,
+                        e);
+}
+
 /* ---- Baseline: adopting a schema another tool applied ---- */
 
 /* What each migration leaves in the database, as queries whose first
@@ -260,18 +291,7 @@ int dblock_migrate_baseline(dblock_client *cl, int *recorded) {
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
   if (cl->opts.read_only) return dbl_read_only(cl);
   memset(&e, 0, sizeof e);
-  if ((rc = dbl_pool_take(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
-  dbl_call_bound(cl, pc, dbl_mono_ms() + MIGRATE_BOUND_MS);
-  /* Never on a replica (as dblock_migrate). */
-  memset(&topo, 0, sizeof topo);
-  if (cl->drv->probe && ((rc = cl->drv->probe(pc->c, &topo, 0, &e)) != 0 ||
-                         (rc = topo.read_only ? dbl_err_set(&e, DBLOCK_EREPLICA, "25006", 0,
-                                                            "connected to a read-only server: "
-                                                            "baseline on the primary")
-                                              : 0) != 0)) {
-    dbl_pool_return(cl, pc, rc);
-    return dbl_fail(cl, &e);
-  }
+  if ((rc = migration_conn(cl, &pc, &topo, "baseline", &e)) != 0) return dbl_fail(cl, &e);
   if ((rc = cl->drv->set_lock_wait(pc->c, -1, &e)) != 0 ||
       (rc = lock_migrations(cl, pc->c, &e)) != 0)
     goto out;
@@ -309,16 +329,10 @@ int dblock_migrate_baseline(dblock_client *cl, int *recorded) {
   if ((rc = read_applied(cl, pc->c, &done, &ndone, &e)) != 0) goto out;
   for (int i = 0; i < dbl_migrations_count; i++) {
     const dbl_migration *m = &dbl_migrations[i];
-    dbl_param p[3];
     if (strcmp(m->backend, cl->drv->name) != 0 || m->version >= 64 || !have[m->version]) continue;
     if (find(done, ndone, m->version)) continue; /* recorded already */
     checksum(m->sql, sum);
-    p[0] = DBL_I64(m->version);
-    p[1] = DBL_STR(m->name);
-    p[2] = DBL_STR(sum);
-    if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_RECORD, MY_RECORD, LITE_RECORD)),
-                             p, 3, NULL, &e)) != 0)
-      goto out;
+    if ((rc = record(cl, pc->c, m, sum, &e)) != 0) goto out;
     count++;
   }
   if (cl->drv->dialect != DBL_MY) rc = cl->drv->commit(pc->c, &e);
@@ -342,19 +356,9 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
   if (!cl) return dbl_failf(NULL, DBLOCK_EINVAL, "client is NULL");
   if (cl->opts.read_only) return dbl_read_only(cl);
   memset(&e, 0, sizeof e);
-  /* Before the lock table exists there is no epoch to load. */
-  if ((rc = dbl_pool_take(cl, &pc, 0, &e)) != 0) return dbl_fail(cl, &e);
-  /* Migrating may wait for another migrator (up to 120 s) and for DDL locks
-   * behind lock transactions: its own, longer bound. */
-  dbl_call_bound(cl, pc, dbl_mono_ms() + MIGRATE_BOUND_MS);
-  /* Never on a replica, whatever the user's privileges. */
-  memset(&topo, 0, sizeof topo);
-  if (cl->drv->probe && ((rc = cl->drv->probe(pc->c, &topo, 0, &e)) != 0 ||
-                         (rc = topo.read_only ? dbl_err_set(&e, DBLOCK_EREPLICA, "25006", 0,
-                                                            "connected to a read-only server: "
-                                                            "migrate on the primary")
-                                              : 0) != 0))
-    goto out;
+  /* (A connection taken without setup: before the lock table exists
+   * there is no epoch to load.) */
+  if ((rc = migration_conn(cl, &pc, &topo, "migrate", &e)) != 0) return dbl_fail(cl, &e);
   /* DDL and the migration lock may wait (for another migrator). */
   if ((rc = cl->drv->set_lock_wait(pc->c, -1, &e)) != 0) goto out;
   if ((rc = lock_migrations(cl, pc->c, &e)) != 0) goto out;
@@ -365,7 +369,6 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
   for (int i = 0; i < dbl_migrations_count; i++) {
     const dbl_migration *m = &dbl_migrations[i];
     const applied *a;
-    dbl_param p[3];
     if (strcmp(m->backend, cl->drv->name) != 0) continue;
     checksum(m->sql, sum);
     if ((a = find(done, ndone, m->version)) != NULL) {
@@ -389,13 +392,7 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
     } else {
       rc = cl->drv->script(pc->c, dbl_sql(cl, m->sql), &e);
     }
-    if (rc != 0) goto out;
-    p[0] = DBL_I64(m->version);
-    p[1] = DBL_STR(m->name);
-    p[2] = DBL_STR(sum);
-    if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_RECORD, MY_RECORD, LITE_RECORD)),
-                             p, 3, NULL, &e)) != 0)
-      goto out;
+    if (rc != 0 || (rc = record(cl, pc->c, m, sum, &e)) != 0) goto out;
     count++;
   }
   for (int i = 0; i < ndone; i++) {
