@@ -53,6 +53,18 @@ static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
 /* How long a polling waiter keeps its backoff short (see the wait loop). */
 #define FAST_PHASE_MS 2000
 
+/* Sets up the scratch entry of a fresh (not reentrant) acquire of name by
+ * thread: the caller's lease (0: the client's; none for for_update) and
+ * whether the watchdog renews it. */
+static void fresh_entry(struct dbl_held *h, dblock_client *cl, const char *name, int64_t thread,
+                        int64_t lease_ms, int auto_renew) {
+  snprintf(h->name, sizeof h->name, "%s", name);
+  h->name_len = strlen(name);
+  h->thread = thread;
+  h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
+  h->auto_renew = auto_renew;
+}
+
 /* Finds this owner's live entry for name; caller holds cl->mu. */
 static struct dbl_held *find_held(dblock_client *cl, const char *name,
                                   int64_t thread) {
@@ -261,16 +273,11 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   }
   pthread_mutex_unlock(&cl->mu);
 
-  snprintf(h->name, sizeof h->name, "%s", name);
-  h->name_len = strlen(name);
-  h->thread = thread;
-  /* A reentrant acquire keeps the outer hold's lease and renewal (its own
-   * lease_ms is ignored): an inner call must not turn an explicit
-   * 10-minute lease into an unrenewed 30 s one, or the reverse. */
-  if (!reentrant) {
-    h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
-    h->auto_renew = auto_renew;
-  }
+  /* A reentrant acquire keeps the outer hold's entry (a copy: name,
+   * thread, lease and renewal) — its own lease_ms is ignored: an inner call
+   * must not turn an explicit 10-minute lease into an unrenewed 30 s one,
+   * or the reverse. */
+  if (!reentrant) fresh_entry(h, cl, name, thread, lease_ms, auto_renew);
 
   started = dbl_mono_ms();
   deadline = wait_ms > 0 ? started + wait_ms : 0;
@@ -307,11 +314,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
       reentrant = 0;
       tries = 0; /* (a fresh acquire: its first attempt says "another strategy") */
       memset(h, 0, sizeof *h);
-      snprintf(h->name, sizeof h->name, "%s", name);
-      h->name_len = strlen(name);
-      h->thread = thread;
-      h->lease_ms = cl->strat->has_lease ? (lease_ms ? lease_ms : cl->opts.lease_ms) : 0;
-      h->auto_renew = auto_renew;
+      fresh_entry(h, cl, name, thread, lease_ms, auto_renew);
       continue;
     }
     if (wait_ms == 0) break;
