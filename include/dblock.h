@@ -361,7 +361,10 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *client,
  * stayed locked by another session for the whole call limit (a SQLite
  * writer, a for_update transaction on the name: not released, the lock
  * ends with its lease; a shorter lock is waited out), or a connection
- * error. Never frees another owner's lock. NULL: DBLOCK_EINVAL. */
+ * error. A leased release whose reply is lost is asked again on a fresh
+ * connection and answers 0 only if the row shows this release (a
+ * force-unlock or another grant in between: DBLOCK_ELOST). Never frees
+ * another owner's lock. NULL: DBLOCK_EINVAL. */
 int dblock_lock_release(dblock_lock *lock);
 
 /* Extends the lease by the lease the lock was acquired with, measured from

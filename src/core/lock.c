@@ -491,10 +491,11 @@ int dblock_lock_release(dblock_lock *l) {
       if (rc == DBLOCK_ECONN && !h->pinned && final) {
         /* The reply was lost: the release may or may not have run. Ask
          * again on a fresh connection, by owner: still ours means it did
-         * not run (this run frees it); gone means it ran, unless the lease
-         * may have run out before the second look (then it may have been
-         * taken over: lost). (An inner reentrant release is not
-         * asked again: a second decrement could count one hold twice.) */
+         * not run (this run frees it); gone, the strategy reads the row:
+         * free and still naming this grant means the first release ran;
+         * anything else (force-unlocked, taken over after the lease) is
+         * lost. (An inner reentrant release is not asked again: a second
+         * decrement could count one hold twice.) */
         dbl_pool_discard(cl, pc);
         pc = NULL;
         dbl_log(cl, DBLOCK_LOG_INFO,
@@ -503,9 +504,8 @@ int dblock_lock_release(dblock_lock *l) {
           dbl_op_init(&op, cl, pc, h, &e);
           op.reentrant = !final;
           rc = dbl_call_check(cl, pc, release_once(cl, &op, final, h->pinned != NULL), &e);
-          /* Gone, and the lease cannot have ended before this second look
-           * ran: the first release did it. */
-          if (rc == DBLOCK_ELOST && (h->lease_ms <= 0 || dbl_mono_ms() < h->deadline_ms)) rc = 0;
+          if (rc == DBLOCK_ELOST && cl->strat->released)
+            rc = dbl_call_check(cl, pc, cl->strat->released(&op), &e);
         }
       }
       if (rc == 0) h->version = op.g.version;

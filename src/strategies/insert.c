@@ -180,4 +180,5 @@ const dbl_strategy dbl_strategy_insert = {
     .acquire = insert_acquire,
     .release = insert_release,
     .renew = dbl_lease_renew,
+    .released = dbl_lease_released,
 };

@@ -112,6 +112,33 @@ int dbl_lease_release_inner(dbl_op *op) {
   return owner_update(op, dbl_pick(op, PG_DECR, MY_DECR, LITE_DECR), 0);
 }
 
+/* ---- after a final release whose reply was lost ---- */
+/* Our release frees the row and leaves owner and fence as they were; a
+ * force-unlock clears the owner and advances the fence, and any grant
+ * since writes its own owner and fence. So a free row still naming this
+ * grant is the first release's work, and nothing else is. */
+static const char *PG_FREED =
+    "SELECT version FROM ${schema}.${table} WHERE name = ? AND owner_token = ? "
+    "AND owner_thread = ?::int8 AND fence = ?::int8 AND state = 0";
+static const char *MY_FREED =
+    "SELECT version FROM ${table} WHERE name = ? AND owner_token = ? "
+    "AND owner_thread = ? AND fence = ? AND state = 0";
+
+int dbl_lease_released(dbl_op *op) {
+  dbl_param p[4];
+  dbl_res r;
+  int rc;
+  const char *sql = op->sql(op, dbl_pick(op, PG_FREED, MY_FREED, MY_FREED));
+  if (!sql) return dbl_err_set(op->e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  dbl_owner_params(op, p);
+  if ((rc = op->drv->query(op->conn, sql, p, 4, &r, op->e)) != 0) return rc;
+  if (r.nrows == 1) op->g.version = dbl_res_i64(&r, 0, 0);
+  else rc = dbl_err_set(op->e, DBLOCK_ELOST, "", 0,
+                        "lock was lost before release (force-unlocked or taken over)");
+  dbl_res_clear(&r);
+  return rc;
+}
+
 /* Is the row for this name owned by another strategy? Used only after an
  * attempt failed, to turn "busy" into a clear mismatch error. */
 static const char *PG_KIND = "SELECT strategy FROM ${schema}.${table} WHERE name = ?";

@@ -22,6 +22,10 @@ int64_t dbl_estimate_expiry(const dbl_op *op);
 int dbl_lease_renew(dbl_op *op);
 /* Owner-checked release of an inner reentrant hold: 0 or DBLOCK_ELOST. */
 int dbl_lease_release_inner(dbl_op *op);
+/* After a final release whose reply was lost and whose second attempt
+ * found the grant gone: 0 if the row is free and still names this owner
+ * and fence (the first attempt ran), DBLOCK_ELOST otherwise. */
+int dbl_lease_released(dbl_op *op);
 /* Sets *is_other (and op->e to DBLOCK_EMISMATCH) when the name's row
  * belongs to a strategy that cannot share it with `strategy`. */
 int dbl_row_strategy_is(dbl_op *op, const char *strategy, int *is_other);

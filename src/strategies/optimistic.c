@@ -260,4 +260,5 @@ const dbl_strategy dbl_strategy_optimistic = {
     .acquire = optimistic_acquire,
     .release = optimistic_release,
     .renew = dbl_lease_renew,
+    .released = dbl_lease_released,
 };

@@ -61,6 +61,11 @@ typedef struct dbl_strategy {
   int (*acquire)(dbl_op *op, int64_t wait_ms);
   /* Releases one hold (final: the last one). 0, DBLOCK_ELOST, or error. */
   int (*release)(dbl_op *op, int final);
+  /* Called after a final release's reply was lost and asking again found
+   * the grant gone: 0 if the row shows this grant's own release,
+   * DBLOCK_ELOST if anything else (a force-unlock, another grant) came
+   * between. NULL for strategies that are never asked again. */
+  int (*released)(dbl_op *op);
   /* Extends the lease (or checks the session). 0, DBLOCK_ELOST, or error. */
   int (*renew)(dbl_op *op);
 } dbl_strategy;
