@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../strategies/fence.h"
+#include "../sql/fence.h"
 #include "internal.h"
 
 static const char *pick(const dblock_client *cl, const char *pg, const char *my,

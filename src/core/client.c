@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../strategies/fence.h"
+#include "../sql/fence.h"
 #include "internal.h"
 
 #define DEFAULT_TABLE "dblock_locks"
@@ -107,6 +107,42 @@ bad:
   return dbl_failf(cl, DBLOCK_EINVAL, "lock name is not valid UTF-8");
 }
 
+/* tmpl with ${table} and ${schema} replaced (malloc'd), or NULL when out
+ * of memory. */
+static char *expand(const dblock_client *cl, const char *tmpl) {
+  size_t cap = strlen(tmpl) * 2 + 256, o = 0;
+  char *s = malloc(cap);
+  if (!s) return NULL;
+  for (const char *p = tmpl; *p;) {
+    const char *rep = NULL;
+    size_t skip = 0;
+    if (strncmp(p, "${table}", 8) == 0) rep = cl->table, skip = 8;
+    else if (strncmp(p, "${schema}", 9) == 0) rep = cl->schema, skip = 9;
+    if (rep) {
+      size_t rl = strlen(rep);
+      if (o + rl + 1 >= cap) { free(s); return NULL; }
+      memcpy(s + o, rep, rl);
+      o += rl;
+      p += skip;
+    } else {
+      if (o + 2 >= cap) { free(s); return NULL; }
+      s[o++] = *p++;
+    }
+  }
+  s[o] = 0;
+  return s;
+}
+
+/* Expands the dialect's statement table once, at open: a statement is
+ * then an array lookup, with no lock and no failure. */
+static int expand_statements(dblock_client *cl) {
+  cl->defs = dbl_sql_table(cl->drv->dialect);
+  for (int i = 0; i < DBL_S_COUNT; i++)
+    if (cl->defs[i].sql && !(cl->sqls[i] = expand(cl, cl->defs[i].sql)))
+      return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
+  return 0;
+}
+
 const char *dbl_sql(dblock_client *cl, const char *tmpl) {
   const char *out = NULL;
   pthread_mutex_lock(&cl->mu);
@@ -116,39 +152,15 @@ const char *dbl_sql(dblock_client *cl, const char *tmpl) {
       break;
     }
   if (!out && cl->nsql < DBL_SQL_CACHE) {
-    size_t cap = strlen(tmpl) * 2 + 256, o = 0;
-    char *s = malloc(cap);
+    char *s = expand(cl, tmpl);
     if (s) {
-      for (const char *p = tmpl; *p;) {
-        const char *rep = NULL;
-        size_t skip = 0;
-        if (strncmp(p, "${table}", 8) == 0) rep = cl->table, skip = 8;
-        else if (strncmp(p, "${schema}", 9) == 0) rep = cl->schema, skip = 9;
-        if (rep) {
-          size_t rl = strlen(rep);
-          if (o + rl + 1 >= cap) { free(s); s = NULL; break; }
-          memcpy(s + o, rep, rl);
-          o += rl;
-          p += skip;
-        } else {
-          if (o + 2 >= cap) { free(s); s = NULL; break; }
-          s[o++] = *p++;
-        }
-      }
-      if (s) {
-        s[o] = 0;
-        cl->sql[cl->nsql].tmpl = tmpl;
-        cl->sql[cl->nsql++].sql = s;
-        out = s;
-      }
+      cl->sql[cl->nsql].tmpl = tmpl;
+      cl->sql[cl->nsql++].sql = s;
+      out = s;
     }
   }
   pthread_mutex_unlock(&cl->mu);
   return out;
-}
-
-static const char *op_sql(dbl_op *op, const char *tmpl) {
-  return dbl_sql((dblock_client *)op->sql_arg, tmpl);
 }
 
 void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
@@ -157,8 +169,8 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
   op->drv = cl->drv;
   op->conn = pc ? pc->c : NULL;
   op->clock_offset_us = pc ? pc->clock_offset_us : 0;
-  op->sql = op_sql;
-  op->sql_arg = cl;
+  op->defs = cl->defs;
+  op->sqls = (const char *const *)cl->sqls;
   op->host = cl->host;
   op->token = cl->token;
   op->pid = cl->pid;
@@ -739,6 +751,7 @@ int dblock_client_open(dblock_client **out, const char *url,
   case DBLOCK_STRATEGY_OPTIMISTIC: cl->strat = &dbl_strategy_optimistic; break;
   default: cl->strat = &dbl_strategy_insert; break;
   }
+  if ((rc = expand_statements(cl)) != 0) goto err;
   cl->pid = (int64_t)getpid();
   make_token(cl->token);
   memset(&e, 0, sizeof e);
@@ -799,6 +812,7 @@ void dblock_client_free(dblock_client *cl) {
     pool_close(cl, pc);
   }
   for (int i = 0; i < cl->nsql; i++) free(cl->sql[i].sql);
+  for (int i = 0; i < DBL_S_COUNT; i++) free(cl->sqls[i]);
   dbl_cancel_close(cl);
   dbl_url_free(&cl->url);
   free(cl->all);

@@ -116,6 +116,9 @@ struct dblock_client {
                             DBL_MAX_WORKERS: slow callbacks never take every
                             worker from the renewals) */
 
+  /* The dialect's statements (src/sql/), expanded once at open. */
+  const dbl_sqldef *defs;
+  char *sqls[DBL_S_COUNT];
   dbl_sql_entry sql[DBL_SQL_CACHE];
   int nsql;
 

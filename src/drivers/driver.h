@@ -22,7 +22,7 @@
 #include "../core/url.h"
 #include "dblock.h"
 
-#define DBL_DRIVER_VERSION 3
+#define DBL_DRIVER_VERSION 5
 
 typedef enum dbl_dialect { DBL_PG = 1, DBL_MY = 2, DBL_LITE = 3 } dbl_dialect;
 
@@ -174,6 +174,18 @@ typedef struct dbl_driver {
    * socket down or sets a flag). The call then fails (ECONN or busy) and
    * the connection must not be reused. */
   void (*cancel)(dbl_conn *c);
+  /* ---- version 5 ---- */
+  /* Opens a lock transaction (the for_update strategy's) whose row-lock
+   * waits last wait_ms (< 0 forever, 0 a try) and runs s in it, in as few
+   * round trips as the backend allows (PostgreSQL: BEGIN, the wait, an
+   * unflushed commit and s in one pipeline; MariaDB: autocommit off, so s
+   * opens the transaction; SQLite: BEGIN IMMEDIATE). s's result goes to
+   * res. */
+  int (*lock_begin)(dbl_conn *c, int64_t wait_ms, const dbl_stmt *s, dbl_res *res,
+                    dbl_err *e);
+  /* 1: a connection keeps autocommit off after lock_begin, so a statement
+   * run on it outside a lock transaction must be committed. */
+  int lock_manual_commit;
 } dbl_driver;
 
 extern const dbl_driver dbl_driver_pg;

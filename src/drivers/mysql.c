@@ -557,6 +557,16 @@ static int my_connect_one(dbl_conn **out, const dbl_url *u, const char *host, in
   return 0;
 }
 
+/* Lock connections keep autocommit off: s itself opens the transaction,
+ * no BEGIN round trip. */
+static int my_lock_begin(dbl_conn *c, int64_t wait_ms, const dbl_stmt *s, dbl_res *res,
+                         dbl_err *e) {
+  int rc;
+  if ((rc = my_set_lock_wait(c, wait_ms, e)) != 0) return rc;
+  if ((rc = my_set_autocommit(c, 0, e)) != 0) return rc;
+  return my_query(c, s->sql, s->params, s->nparams, res, e);
+}
+
 const dbl_driver dbl_driver_mysql = {
     .version = DBL_DRIVER_VERSION,
     .name = "mysql",
@@ -577,6 +587,8 @@ const dbl_driver dbl_driver_mysql = {
     .set_autocommit = my_set_autocommit,
     .interrupt = my_interrupt,
     .cancel = my_interrupt, /* shutdown(2): async-signal-safe */
+    .lock_begin = my_lock_begin,
+    .lock_manual_commit = 1,
     .idle_guard = my_idle_guard,
     .probe = my_probe,
 };

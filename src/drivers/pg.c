@@ -582,6 +582,24 @@ static int pg_set_autocommit(dbl_conn *c, int on, dbl_err *e) {
   return 0;
 }
 
+/* BEGIN, the lock wait, synchronous_commit off and s, pipelined: one
+ * round trip. Only a row lock and values that die with a crash anyway (the
+ * epoch protects fences) are written: the commit need not wait for a
+ * flush. (lock_timeout 0 would mean "forever", so a try waits 1 ms.) */
+static int pg_lock_begin(dbl_conn *c, int64_t wait_ms, const dbl_stmt *st, dbl_res *res,
+                         dbl_err *e) {
+  char tmo[32];
+  dbl_param wp;
+  dbl_stmt s[4];
+  snprintf(tmo, sizeof tmo, "%lldms", (long long)(wait_ms < 0 ? 0 : wait_ms == 0 ? 1 : wait_ms));
+  wp = DBL_STR(tmo);
+  s[0] = (dbl_stmt){"BEGIN", NULL, 0};
+  s[1] = (dbl_stmt){"SELECT set_config('lock_timeout', ?, true)", &wp, 1};
+  s[2] = (dbl_stmt){"SET LOCAL synchronous_commit = off", NULL, 0};
+  s[3] = *st;
+  return pg_pipeline(c, s, 4, res, e);
+}
+
 const dbl_driver dbl_driver_pg = {
     .version = DBL_DRIVER_VERSION,
     .name = "postgres",
@@ -602,6 +620,7 @@ const dbl_driver dbl_driver_pg = {
     .set_autocommit = pg_set_autocommit,
     .interrupt = pg_interrupt,
     .cancel = pg_interrupt, /* shutdown(2): async-signal-safe */
+    .lock_begin = pg_lock_begin,
     .idle_guard = pg_idle_guard,
     .probe = pg_probe,
 };

@@ -408,6 +408,15 @@ static int lite_set_autocommit(dbl_conn *c, int on, dbl_err *e) {
   return 0;
 }
 
+/* BEGIN IMMEDIATE takes the file's write lock (waiting up to wait_ms). */
+static int lite_lock_begin(dbl_conn *c, int64_t wait_ms, const dbl_stmt *s, dbl_res *res,
+                           dbl_err *e) {
+  int rc;
+  if ((rc = lite_set_lock_wait(c, wait_ms, e)) != 0) return rc;
+  if ((rc = lite_begin(c, e)) != 0) return rc;
+  return lite_query(c, s->sql, s->params, s->nparams, res, e);
+}
+
 const dbl_driver dbl_driver_sqlite = {
     .version = DBL_DRIVER_VERSION,
     .name = "sqlite",
@@ -423,6 +432,7 @@ const dbl_driver dbl_driver_sqlite = {
     .now_us = lite_now_us,
     .broken = lite_broken,
     .cancel = lite_cancel,
+    .lock_begin = lite_lock_begin,
     .round_trips = lite_trips,
     .set_lock_wait = lite_set_lock_wait,
     .set_autocommit = lite_set_autocommit,

@@ -1,57 +1,83 @@
 /*
- * lease.c — what the two lease-based strategies (insert, optimistic) share:
- * the owner-checked renewal and the owner-checked release of an inner
- * reentrant hold. Every statement names the row by (name, owner token,
- * owner thread, fence), so it can only ever touch this owner's grant.
+ * lease.c — what the strategies share: running a statement by id (its
+ * parameters bound and its result read the way the dialect's table says),
+ * filling a grant from a result, and the statements of the two lease-based
+ * strategies (insert, optimistic) in common: the owner-checked renewal and
+ * the owner-checked release of an inner reentrant hold. Every owner-checked
+ * statement names the row by (name, owner token, owner thread, fence), so
+ * it can only ever touch this owner's grant.
  */
 #include <string.h>
 #include <time.h>
 
 #include "lease.h"
 
-/* ---- renew: extend expires_at from the server's now ---- */
-static const char *PG_RENEW =
-    "UPDATE ${schema}.${table} SET version = version + 1, "
-    "renewed_at = statement_timestamp(), "
-    "expires_at = statement_timestamp() + ?::int8 * interval '1 microsecond' "
-    "WHERE name = ? AND owner_token = ? AND owner_thread = ?::int8 "
-    "AND fence = ?::int8 AND state = 1 "
-    "RETURNING (extract(epoch FROM expires_at) * 1000000)::int8, version";
-static const char *MY_RENEW =
-    "UPDATE ${table} SET version = LAST_INSERT_ID(version + 1), "
-    "renewed_at = UTC_TIMESTAMP(6), "
-    "expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND "
-    "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
-    "AND fence = ? AND state = 1";
-static const char *LITE_RENEW =
-    "UPDATE ${table} SET version = version + 1, renewed_at = dblock_now_us(), "
-    "expires_at = dblock_now_us() + ? "
-    "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
-    "AND fence = ? AND state = 1 RETURNING expires_at, version";
+#define MAX_BIND 24
 
-/* ---- release of an inner reentrant hold ---- */
-static const char *PG_DECR =
-    "UPDATE ${schema}.${table} SET hold_count = hold_count - 1, "
-    "version = version + 1 "
-    "WHERE name = ? AND owner_token = ? AND owner_thread = ?::int8 "
-    "AND fence = ?::int8 AND state = 1 AND hold_count > 1 RETURNING version";
-static const char *MY_DECR =
-    "UPDATE ${table} SET hold_count = hold_count - 1, "
-    "version = LAST_INSERT_ID(version + 1) "
-    "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
-    "AND fence = ? AND state = 1 AND hold_count > 1";
-static const char *LITE_DECR =
-    "UPDATE ${table} SET hold_count = hold_count - 1, version = version + 1 "
-    "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
-    "AND fence = ? AND state = 1 AND hold_count > 1 RETURNING version";
-
-const char *dbl_pick(const dbl_op *op, const char *pg, const char *my,
-                     const char *lite) {
-  switch (op->drv->dialect) {
-  case DBL_PG: return pg;
-  case DBL_MY: return my;
-  default: return lite;
+/* The positional parameters of statement d: lp as is, or as d->bind
+ * orders them (into p). Returns the array to send; *n its length. */
+static const dbl_param *bind(const dbl_sqldef *d, const dbl_param *lp, int nlp, dbl_param *p,
+                             int *n) {
+  if (!d->bind) {
+    *n = nlp;
+    return lp;
   }
+  for (*n = 0; d->bind[*n] && *n < MAX_BIND; (*n)++) p[*n] = lp[d->bind[*n] - '0'];
+  return p;
+}
+
+/* Reads o->res into o's count and slots as d says; keep: leave the rows. */
+static void read_out(const dbl_sqldef *d, dbl_out *o, int keep) {
+  o->count = d->count_rows ? o->res.nrows : o->res.affected;
+  for (int k = 0; k < DBL_O_COUNT; k++) {
+    signed char from = d->out[k];
+    if (from == DBL_FROM_INSERT_ID) {
+      o->v[k] = o->res.insert_id;
+      o->has[k] = 1;
+    } else if (from >= 0 && o->res.nrows > 0 && from < o->res.ncols) {
+      o->v[k] = dbl_res_i64(&o->res, 0, from);
+      o->has[k] = 1;
+    }
+  }
+  if (!keep) dbl_res_clear(&o->res);
+}
+
+int dbl_run(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o, int keep) {
+  const dbl_sqldef *d = &op->defs[id];
+  dbl_param p[MAX_BIND];
+  const dbl_param *bound;
+  int n, rc;
+  memset(o, 0, sizeof *o);
+  if (!d->sql) return 0; /* nothing to run on this dialect */
+  bound = bind(d, lp, nlp, p, &n);
+  if ((rc = op->drv->query(op->conn, op->sqls[id], bound, n, &o->res, op->e)) != 0) return rc;
+  read_out(d, o, keep);
+  return 0;
+}
+
+int dbl_run_locking(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, int64_t wait_ms,
+                    dbl_out *o) {
+  const dbl_sqldef *d = &op->defs[id];
+  dbl_param p[MAX_BIND];
+  dbl_stmt st;
+  int rc;
+  memset(o, 0, sizeof *o);
+  st.sql = op->sqls[id];
+  st.params = bind(d, lp, nlp, p, &st.nparams);
+  if ((rc = op->drv->lock_begin(op->conn, wait_ms, &st, &o->res, op->e)) != 0) return rc;
+  read_out(d, o, 0);
+  return 0;
+}
+
+void dbl_take_grant(dbl_op *op, const dbl_out *o, int64_t version) {
+  int64_t fence = o->v[DBL_O_FENCE];
+  /* Without the row's hold count (MySQL's UPDATE returns no row): the same
+   * fence on a reentrant call is one more hold, else a fresh grant. */
+  op->g.holds = o->has[DBL_O_HOLDS] ? (int)o->v[DBL_O_HOLDS]
+                : op->reentrant && fence == op->g.fence ? op->g.holds + 1 : 1;
+  op->g.fence = fence;
+  op->g.expires_us = o->has[DBL_O_EXPIRES] ? o->v[DBL_O_EXPIRES] : dbl_estimate_expiry(op);
+  op->g.version = o->has[DBL_O_VERSION] ? o->v[DBL_O_VERSION] : version;
 }
 
 void dbl_owner_params(const dbl_op *op, dbl_param *p) {
@@ -72,97 +98,66 @@ int64_t dbl_estimate_expiry(const dbl_op *op) {
 }
 
 /* One owner-checked UPDATE that must touch exactly one row; 0 rows means
- * the grant is gone (DBLOCK_ELOST). Row values: expiry (optional), version. */
-static int owner_update(dbl_op *op, const char *tmpl, int with_lease) {
+ * the grant is gone (DBLOCK_ELOST). Reads back the version and, for a
+ * renewal, the expiry. */
+static int owner_update(dbl_op *op, dbl_sid id, int with_lease) {
   dbl_param p[5];
-  dbl_res r;
-  int n = 0, rc, pg_or_lite = op->drv->dialect != DBL_MY;
-  const char *sql = op->sql(op, tmpl);
-  if (!sql) return dbl_err_set(op->e, DBLOCK_ENOMEM, "", 0, "out of memory");
+  dbl_out o;
+  int n = 0, rc;
   if (with_lease) p[n++] = DBL_I64(op->lease_ms * 1000);
   dbl_owner_params(op, p + n);
-  n += 4;
-  if ((rc = op->drv->query(op->conn, sql, p, n, &r, op->e)) != 0) return rc;
-  if (pg_or_lite ? r.nrows != 1 : r.affected != 1) {
-    dbl_res_clear(&r);
+  if ((rc = dbl_run(op, id, p, n + 4, &o, 0)) != 0) return rc;
+  if (o.count != 1)
     return dbl_err_set(op->e, DBLOCK_ELOST, "", 0,
                        "lock was lost (expired and taken over, or force-unlocked)");
-  }
-  if (pg_or_lite) {
-    if (with_lease) {
-      op->g.expires_us = dbl_res_i64(&r, 0, 0);
-      op->g.version = dbl_res_i64(&r, 0, 1);
-    } else {
-      op->g.version = dbl_res_i64(&r, 0, 0);
-    }
-  } else {
-    op->g.version = r.insert_id;
-  }
-  dbl_res_clear(&r);
+  if (with_lease)
+    op->g.expires_us = o.has[DBL_O_EXPIRES] ? o.v[DBL_O_EXPIRES] : dbl_estimate_expiry(op);
+  if (o.has[DBL_O_VERSION]) op->g.version = o.v[DBL_O_VERSION];
   return 0;
 }
 
-int dbl_lease_renew(dbl_op *op) {
-  int rc = owner_update(op, dbl_pick(op, PG_RENEW, MY_RENEW, LITE_RENEW), 1);
-  if (rc == 0 && op->drv->dialect == DBL_MY) op->g.expires_us = dbl_estimate_expiry(op);
-  return rc;
-}
+int dbl_lease_renew(dbl_op *op) { return owner_update(op, DBL_S_LEASE_RENEW, 1); }
 
-int dbl_lease_release_inner(dbl_op *op) {
-  return owner_update(op, dbl_pick(op, PG_DECR, MY_DECR, LITE_DECR), 0);
-}
+int dbl_lease_release_inner(dbl_op *op) { return owner_update(op, DBL_S_LEASE_DECR, 0); }
 
-/* ---- after a final release whose reply was lost ---- */
-/* Our release frees the row and leaves owner and fence as they were; a
- * force-unlock clears the owner and advances the fence, and any grant
- * since writes its own owner and fence. So a free row still naming this
- * grant is the first release's work, and nothing else is. */
-static const char *PG_FREED =
-    "SELECT version FROM ${schema}.${table} WHERE name = ? AND owner_token = ? "
-    "AND owner_thread = ?::int8 AND fence = ?::int8 AND state = 0";
-static const char *MY_FREED =
-    "SELECT version FROM ${table} WHERE name = ? AND owner_token = ? "
-    "AND owner_thread = ? AND fence = ? AND state = 0";
-
+/* After a final release whose reply was lost. Our release frees the row
+ * and leaves owner and fence as they were; a force-unlock clears the owner
+ * and advances the fence, and any grant since writes its own owner and
+ * fence. So a free row still naming this grant is the first release's
+ * work, and nothing else is. */
 int dbl_lease_released(dbl_op *op) {
   dbl_param p[4];
-  dbl_res r;
+  dbl_out o;
   int rc;
-  const char *sql = op->sql(op, dbl_pick(op, PG_FREED, MY_FREED, MY_FREED));
-  if (!sql) return dbl_err_set(op->e, DBLOCK_ENOMEM, "", 0, "out of memory");
   dbl_owner_params(op, p);
-  if ((rc = op->drv->query(op->conn, sql, p, 4, &r, op->e)) != 0) return rc;
-  if (r.nrows == 1) op->g.version = dbl_res_i64(&r, 0, 0);
-  else rc = dbl_err_set(op->e, DBLOCK_ELOST, "", 0,
-                        "lock was lost before release (force-unlocked or taken over)");
-  dbl_res_clear(&r);
-  return rc;
+  if ((rc = dbl_run(op, DBL_S_LEASE_FREED, p, 4, &o, 0)) != 0) return rc;
+  if (o.count != 1)
+    return dbl_err_set(op->e, DBLOCK_ELOST, "", 0,
+                       "lock was lost before release (force-unlocked or taken over)");
+  op->g.version = o.v[DBL_O_VERSION];
+  return 0;
 }
 
 /* Is the row for this name owned by another strategy? Used only after an
  * attempt failed, to turn "busy" into a clear mismatch error. */
-static const char *PG_KIND = "SELECT strategy FROM ${schema}.${table} WHERE name = ?";
-static const char *MY_KIND = "SELECT strategy FROM ${table} WHERE name = ?";
-
 int dbl_row_strategy_is(dbl_op *op, const char *strategy, int *is_other) {
   dbl_param p = DBL_TEXT(op->name, op->name_len);
-  dbl_res r;
+  dbl_out o;
   int rc;
-  const char *sql = op->sql(op, dbl_pick(op, PG_KIND, MY_KIND, MY_KIND));
+  const char *row;
   *is_other = 0;
-  if (!sql) return dbl_err_set(op->e, DBLOCK_ENOMEM, "", 0, "out of memory");
-  if ((rc = op->drv->query(op->conn, sql, &p, 1, &r, op->e)) != 0) return rc;
-  if (r.nrows == 1 && dbl_res_get(&r, 0, 0) && strcmp(dbl_res_get(&r, 0, 0), strategy) != 0) {
+  if ((rc = dbl_run(op, DBL_S_ROW_STRATEGY, &p, 1, &o, 1)) != 0) return rc;
+  row = o.res.nrows == 1 ? dbl_res_get(&o.res, 0, 0) : NULL;
+  if (row && strcmp(row, strategy) != 0) {
     /* insert and optimistic keep the same row contract: they mix safely. */
-    int lease_pair = strcmp(strategy, "for_update") != 0 &&
-                     strcmp(dbl_res_get(&r, 0, 0), "for_update") != 0;
+    int lease_pair = strcmp(strategy, "for_update") != 0 && strcmp(row, "for_update") != 0;
     *is_other = !lease_pair;
     if (*is_other)
       dbl_err_set(op->e, DBLOCK_EMISMATCH, "", 0,
                   "lock '%.*s' is managed by the %s strategy; this client uses %s (once "
                   "nobody holds it, `dblock forget NAME` hands it over)",
-                  (int)op->name_len, op->name, dbl_res_get(&r, 0, 0), strategy);
+                  (int)op->name_len, op->name, row, strategy);
   }
-  dbl_res_clear(&r);
+  dbl_res_clear(&o.res);
   return 0;
 }

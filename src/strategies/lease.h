@@ -1,7 +1,7 @@
 /*
- * lease.h — helpers shared by the strategies: picking a dialect's SQL, the
- * owner-identifying parameters, and the lease statements that insert and
- * optimistic have in common.
+ * lease.h — helpers shared by the strategies: running a statement by id,
+ * filling a grant, the owner-identifying parameters, and the lease
+ * statements that insert and optimistic have in common.
  */
 #ifndef DBLOCK_LEASE_H
 #define DBLOCK_LEASE_H
@@ -11,9 +11,19 @@
 
 #include "strategy.h"
 
-/* The statement text for op's dialect. */
-const char *dbl_pick(const dbl_op *op, const char *pg, const char *my,
-                     const char *lite);
+/* Runs statement id on op's connection with its logical parameters lp[0..
+ * nlp) (stmt.h lists them per statement) and reads the outcome into *o.
+ * keep: leave the rows in o->res for the caller (who clears them); else
+ * they are cleared. A statement the dialect does not run returns 0 with
+ * count 0. Returns 0 or the driver's error (op->e set). */
+int dbl_run(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o, int keep);
+/* The same, as the first statement of a lock transaction opened by the
+ * driver (dbl_driver.lock_begin) with row-lock waits of wait_ms. */
+int dbl_run_locking(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, int64_t wait_ms,
+                    dbl_out *o);
+/* Fills op->g from a granting statement's outcome; version is used when
+ * the dialect cannot return the row's version. */
+void dbl_take_grant(dbl_op *op, const dbl_out *o, int64_t version);
 /* Fills p[0..3] with name, owner token, owner thread, fence. */
 void dbl_owner_params(const dbl_op *op, dbl_param *p);
 /* Server now + lease, for backends whose UPDATE cannot return it. */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "../drivers/driver.h"
+#include "../sql/stmt.h"
 
 /* The state of one grant, in and out of a strategy call. */
 typedef struct dbl_grant {
@@ -25,10 +26,10 @@ typedef struct dbl_op {
   const dbl_driver *drv;
   dbl_conn *conn;
   int64_t clock_offset_us; /* server clock minus local clock, at connect */
-  /* ${table}/${schema}-expanded SQL for a template (cached, never NULL
-   * unless out of memory). */
-  const char *(*sql)(struct dbl_op *op, const char *tmpl);
-  void *sql_arg;
+  /* The dialect's statement table and the client's expansion of it
+   * (${table}, ${schema}), both indexed by dbl_sid: run them with dbl_run. */
+  const dbl_sqldef *defs;
+  const char *const *sqls;
   const char *name;
   size_t name_len;
   const char *host, *token;
@@ -45,6 +46,15 @@ typedef struct dbl_op {
                              are DBLOCK_EBUSY too, with taken 0) */
   dbl_err *e;
 } dbl_op;
+
+/* A statement's outcome, read the way its dialect table says (stmt.h). */
+typedef struct dbl_out {
+  int64_t count;                   /* rows touched: returned or affected */
+  int64_t v[DBL_O_COUNT];          /* the result slots... */
+  unsigned char has[DBL_O_COUNT];  /* ...and which of them the dialect gave */
+  dbl_res res;                     /* the rows, if dbl_run was asked to keep
+                                      them (then clear with dbl_res_clear) */
+} dbl_out;
 
 typedef struct dbl_strategy {
   const char *name;
