@@ -70,8 +70,8 @@ LIB_SRC   := src/core/client.c src/core/error.c src/core/url.c src/core/lock.c \
              src/drivers/driver.c src/drivers/topology.c \
              $(if $(filter 1,$(WITH_PG)),src/drivers/pg.c) $(if $(filter 1,$(WITH_MYSQL)),src/drivers/mysql.c) \
              $(if $(filter 1,$(WITH_SQLITE)),src/drivers/sqlite.c) \
-             src/sql/dialects.c src/sql/postgres.c src/sql/mysql.c src/sql/sqlite.c \
-             src/strategies/lease.c src/strategies/insert.c src/strategies/for_update.c \
+             src/sql/dialects.c src/sql/run.c src/sql/postgres.c src/sql/mysql.c src/sql/sqlite.c \
+             src/strategies/registry.c src/strategies/lease.c src/strategies/insert.c src/strategies/for_update.c \
              src/strategies/optimistic.c
 LIB_OBJ   := $(patsubst src/%.c,$(B)/obj/%.o,$(LIB_SRC)) $(B)/obj/migrations.o
 MIGRATIONS := $(wildcard migrations/*/*.sql)

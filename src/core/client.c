@@ -42,22 +42,18 @@ int64_t dbl_thread_id(void) {
 }
 
 const char *dblock_strategy_name(dblock_strategy s) {
-  switch (s) {
-  case DBLOCK_STRATEGY_DEFAULT:
-  case DBLOCK_STRATEGY_INSERT: return "insert";
-  case DBLOCK_STRATEGY_FOR_UPDATE: return "for_update";
-  case DBLOCK_STRATEGY_OPTIMISTIC: return "optimistic";
-  }
-  return NULL;
+  const dbl_strategy *st = dbl_strategy_by_id(s);
+  return st ? st->name : NULL;
 }
 
 int dblock_strategy_parse(dblock_strategy *out, const char *name) {
-  if (!out || !name) return DBLOCK_EINVAL;
-  if (strcmp(name, "insert") == 0) *out = DBLOCK_STRATEGY_INSERT;
-  else if (strcmp(name, "for_update") == 0 || strcmp(name, "for-update") == 0)
-    *out = DBLOCK_STRATEGY_FOR_UPDATE;
-  else if (strcmp(name, "optimistic") == 0) *out = DBLOCK_STRATEGY_OPTIMISTIC;
-  else return DBLOCK_EINVAL;
+  char canon[32];
+  const dbl_strategy *st;
+  if (!out || !name || strlen(name) >= sizeof canon) return DBLOCK_EINVAL;
+  /* ("for-update" is accepted for "for_update": shells and flags like dashes) */
+  for (size_t i = 0; i <= strlen(name); i++) canon[i] = name[i] == '-' ? '_' : name[i];
+  if (!(st = dbl_strategy_named(canon))) return DBLOCK_EINVAL;
+  *out = st->id;
   return 0;
 }
 
@@ -107,9 +103,7 @@ bad:
   return dbl_failf(cl, DBLOCK_EINVAL, "lock name is not valid UTF-8");
 }
 
-/* tmpl with ${table} and ${schema} replaced (malloc'd), or NULL when out
- * of memory. */
-static char *expand(const dblock_client *cl, const char *tmpl) {
+char *dbl_expand(const dblock_client *cl, const char *tmpl) {
   size_t cap = strlen(tmpl) * 2 + 256, o = 0;
   char *s = malloc(cap);
   if (!s) return NULL;
@@ -136,31 +130,12 @@ static char *expand(const dblock_client *cl, const char *tmpl) {
 /* Expands the dialect's statement table once, at open: a statement is
  * then an array lookup, with no lock and no failure. */
 static int expand_statements(dblock_client *cl) {
-  cl->defs = dbl_sql_table(cl->drv->dialect);
+  cl->dl = dbl_dialect_of(cl->drv->dialect);
+  cl->defs = cl->dl->stmts;
   for (int i = 0; i < DBL_S_COUNT; i++)
-    if (cl->defs[i].sql && !(cl->sqls[i] = expand(cl, cl->defs[i].sql)))
+    if (cl->defs[i].sql && !(cl->sqls[i] = dbl_expand(cl, cl->defs[i].sql)))
       return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
   return 0;
-}
-
-const char *dbl_sql(dblock_client *cl, const char *tmpl) {
-  const char *out = NULL;
-  pthread_mutex_lock(&cl->mu);
-  for (int i = 0; i < cl->nsql; i++)
-    if (cl->sql[i].tmpl == tmpl) {
-      out = cl->sql[i].sql;
-      break;
-    }
-  if (!out && cl->nsql < DBL_SQL_CACHE) {
-    char *s = expand(cl, tmpl);
-    if (s) {
-      cl->sql[cl->nsql].tmpl = tmpl;
-      cl->sql[cl->nsql++].sql = s;
-      out = s;
-    }
-  }
-  pthread_mutex_unlock(&cl->mu);
-  return out;
 }
 
 void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
@@ -171,6 +146,7 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
   op->clock_offset_us = pc ? pc->clock_offset_us : 0;
   op->defs = cl->defs;
   op->sqls = (const char *const *)cl->sqls;
+  op->table = cl->table;
   op->host = cl->host;
   op->token = cl->token;
   op->pid = cl->pid;
@@ -191,64 +167,12 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
 /* ---- Connection setup and the fencing epoch -----------------------------
  * A fencing token is epoch << 40 | sequence value (on MariaDB the
  * sequence value alone, the epoch being a jump of the sequence), drawn inside each
- * granting statement (strategies/fence.h): the epoch is read there from
+ * granting statement (src/sql/fence.h): the epoch is read there from
  * ${table}_alive, which the server empties whenever it may have lost
  * unflushed state. When a grant finds it empty (dbl_no_epoch), the core
  * bumps the durable epoch with a flushed commit, and only then refills
  * ${table}_alive: every token handed out afterwards exceeds every token
  * handed out before the loss, whatever the sequence forgot. */
-
-static const char *PG_BUMP =
-    "BEGIN; SET LOCAL synchronous_commit = on; "
-    "UPDATE ${schema}.${table} SET fence = fence + 1 WHERE name = '' "
-    "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table}_alive); COMMIT";
-static const char *PG_VOUCH =
-    "INSERT INTO ${schema}.${table}_alive (id, epoch) "
-    "SELECT 1, fence FROM ${schema}.${table} WHERE name = '' "
-    "ON CONFLICT (id) DO UPDATE SET epoch = GREATEST(${table}_alive.epoch, excluded.epoch)";
-/* MariaDB: the fence is the sequence value alone, and a bump moves the
- * sequence itself to the next 2^40 block (SETVAL). Galera replicates the
- * sequence (NOCACHE there) but not ${table}_alive (MEMORY, per node): a
- * per-node epoch in the token would let a node that vouched earlier hand
- * out tokens below those of a node that bumped later, while a shared
- * sequence that only moves forward orders every node's tokens. */
-static const char *MY_EPOCH =
-    "SELECT (SELECT fence FROM ${table} WHERE name = ''), NEXTVAL(${table}_fence_seq), "
-    "EXISTS (SELECT 1 FROM ${table}_alive)";
-/* (MEMORY is not transactional: the jump must be flushed first, so a
- * failure in between leaves the table empty and the next grant bumps again.
- * The COMMIT ends the read on a lock connection, which runs without
- * autocommit.) */
-static const char *MY_VOUCH =
-    "INSERT INTO ${table}_alive (id, epoch) SELECT 1, fence FROM ${table} WHERE name = '' "
-    "ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch)); COMMIT";
-
-/* MariaDB's bump: E = one above both the durable epoch and the sequence's
- * block; the sequence jumps to E << 40 and the '' row records E in a
- * committed (flushed, with innodb_flush_log_at_trx_commit = 1) transaction,
- * whose flush also covers the jump logged before it. */
-static int my_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
-  dbl_res r;
-  char sql[256];
-  int64_t epoch;
-  int rc, vouched;
-  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, MY_EPOCH), NULL, 0, &r, e)) != 0) return rc;
-  epoch = dbl_res_i64(&r, 0, 0);
-  if ((dbl_res_i64(&r, 0, 1) >> 40) > epoch) epoch = dbl_res_i64(&r, 0, 1) >> 40;
-  epoch++;
-  vouched = dbl_res_i64(&r, 0, 2) != 0;
-  dbl_res_clear(&r);
-  if (vouched) return cl->drv->script(pc->c, "COMMIT", e); /* another session did it */
-  /* A literal: SETVAL takes no expression (table names are [a-z0-9_]). */
-  snprintf(sql, sizeof sql, "SELECT SETVAL(%s_fence_seq, %lld)", cl->table,
-           (long long)(epoch << 40));
-  if ((rc = cl->drv->script(pc->c, sql, e)) != 0) return rc;
-  snprintf(sql, sizeof sql,
-           "START TRANSACTION; UPDATE %s SET fence = GREATEST(fence, %lld) WHERE name = ''; "
-           "COMMIT",
-           cl->table, (long long)epoch);
-  return cl->drv->script(pc->c, sql, e);
-}
 
 int dbl_no_epoch(const dbl_err *e) {
   if (e->code != DBLOCK_EDB) return 0;
@@ -257,21 +181,15 @@ int dbl_no_epoch(const dbl_err *e) {
 }
 
 int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
-  int rc, pg = cl->drv->dialect == DBL_PG;
-  if (cl->drv->dialect == DBL_LITE) return 0;
-  if ((rc = pg ? cl->drv->script(pc->c, dbl_sql(cl, PG_BUMP), e) : my_bump(cl, pc, e)) != 0) {
-    dbl_err scratch;
-    if (!cl->drv->broken(pc->c)) cl->drv->rollback(pc->c, &scratch);
-    return rc;
-  }
-  return cl->drv->script(pc->c, dbl_sql(cl, pg ? PG_VOUCH : MY_VOUCH), e);
+  dbl_sqlrun x = dbl_runner(cl, pc->c, e);
+  return cl->dl->epoch_bump ? cl->dl->epoch_bump(&x) : 0;
 }
 
-/* What the core learns once per new connection: on MariaDB the offset of
- * the server's clock (UPDATE cannot return the new expiry there, so it is
- * estimated from the local clock). */
-static const char *MY_NOW =
-    "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))";
+dbl_sqlrun dbl_runner(const dblock_client *cl, dbl_conn *c, dbl_err *e) {
+  dbl_sqlrun x = {cl->drv, c, cl->defs, (const char *const *)cl->sqls, cl->table, e};
+  return x;
+}
+
 
 /* The topology guard (DESIGN §10): may this client use a connection to a
  * server in state t? Judged from the server's own state, whatever the
@@ -303,7 +221,7 @@ static int guard(const dblock_client *cl, const dbl_topology *t, dbl_err *e) {
 }
 
 static int conn_init(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
-  dbl_res r;
+  dbl_out o;
   struct timespec ts;
   dbl_topology t;
   int rc;
@@ -311,12 +229,16 @@ static int conn_init(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
     if ((rc = cl->drv->probe(pc->c, &t, 0, e)) != 0) return rc;
     if ((rc = guard(cl, &t, e)) != 0) return rc;
   }
-  if (cl->drv->dialect == DBL_MY) {
-    if ((rc = cl->drv->query(pc->c, MY_NOW, NULL, 0, &r, e))) return rc;
+  /* What the core learns once per new connection: where UPDATE cannot
+   * return the new expiry, the offset of the server's clock (the expiry is
+   * then estimated from the local clock). */
+  if (cl->defs[DBL_S_SERVER_NOW].sql) {
+    dbl_sqlrun x = dbl_runner(cl, pc->c, e);
+    if ((rc = dbl_sql_run(&x, DBL_S_SERVER_NOW, NULL, 0, &o, 1))) return rc;
     clock_gettime(CLOCK_REALTIME, &ts);
     pc->clock_offset_us =
-        dbl_res_i64(&r, 0, 0) - ((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
-    dbl_res_clear(&r);
+        dbl_res_i64(&o.res, 0, 0) - ((int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000);
+    dbl_res_clear(&o.res);
   }
   pc->ready = 1;
   return 0;
@@ -746,11 +668,7 @@ int dblock_client_open(dblock_client **out, const char *url,
                        : "unknown backend");
     goto err;
   }
-  switch (cl->opts.strategy) {
-  case DBLOCK_STRATEGY_FOR_UPDATE: cl->strat = &dbl_strategy_for_update; break;
-  case DBLOCK_STRATEGY_OPTIMISTIC: cl->strat = &dbl_strategy_optimistic; break;
-  default: cl->strat = &dbl_strategy_insert; break;
-  }
+  cl->strat = dbl_strategy_by_id(cl->opts.strategy);
   if ((rc = expand_statements(cl)) != 0) goto err;
   cl->pid = (int64_t)getpid();
   make_token(cl->token);
@@ -811,7 +729,6 @@ void dblock_client_free(dblock_client *cl) {
     cl->txn_idle = pc->next;
     pool_close(cl, pc);
   }
-  for (int i = 0; i < cl->nsql; i++) free(cl->sql[i].sql);
   for (int i = 0; i < DBL_S_COUNT; i++) free(cl->sqls[i]);
   dbl_cancel_close(cl);
   dbl_url_free(&cl->url);

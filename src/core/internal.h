@@ -62,12 +62,6 @@ struct dblock_lock {
   struct dbl_held *held;
 };
 
-typedef struct dbl_sql_entry {
-  const char *tmpl;
-  char *sql;
-} dbl_sql_entry;
-
-#define DBL_SQL_CACHE 64
 /* A lost entry's notification: not yet, queued for a worker (the
  * watchdog declared it), being told (on_lost running), told. */
 enum { LOST_UNTOLD = 0, LOST_QUEUED, LOST_TELLING, LOST_TOLD };
@@ -116,11 +110,10 @@ struct dblock_client {
                             DBL_MAX_WORKERS: slow callbacks never take every
                             worker from the renewals) */
 
-  /* The dialect's statements (src/sql/), expanded once at open. */
+  /* The dialect (src/sql/) and its statements, expanded once at open. */
+  const dbl_sqldialect *dl;
   const dbl_sqldef *defs;
   char *sqls[DBL_S_COUNT];
-  dbl_sql_entry sql[DBL_SQL_CACHE];
-  int nsql;
 
   dblock_error_info last;
 
@@ -204,7 +197,11 @@ void dbl_pool_discard_cancelled(dblock_client *cl, dbl_pconn *pc);
 void dbl_pool_return(dblock_client *cl, dbl_pconn *pc, int rc);
 
 /* The template with ${table} / ${schema} substituted, cached per client. */
-const char *dbl_sql(dblock_client *cl, const char *tmpl);
+/* tmpl with ${table} and ${schema} replaced (malloc'd; NULL: out of
+ * memory). Statements are expanded once, at open; this is for scripts. */
+char *dbl_expand(const dblock_client *cl, const char *tmpl);
+/* Statements by id (src/sql/stmt.h) on connection c of cl. */
+dbl_sqlrun dbl_runner(const dblock_client *cl, dbl_conn *c, dbl_err *e);
 
 /* 1 if a granting statement failed because the server no longer vouches
  * for the fencing epoch (strategies/fence.h). */

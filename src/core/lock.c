@@ -121,7 +121,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   dbl_op_init(op, cl, pc, h, e);
   op->reentrant = reentrant;
   op->attempt = attempt_no;
-  if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
+  if (cl->strat->version_hints)
     op->version_hint = reentrant ? h->version : hint_get(cl, hash);
   return dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
 }
@@ -187,8 +187,8 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
     h->version = op.g.version;
     dbl_set_lease_clock(cl, h, sent);
     pthread_mutex_unlock(&cl->mu);
-    if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC) hint_put(cl, hash, h->version);
-  } else if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC) {
+    if (cl->strat->version_hints) hint_put(cl, hash, h->version);
+  } else if (cl->strat->version_hints) {
     hint_put(cl, hash, op.version_hint);
   }
   if (rc == 0 && pins && dbl_call_end(cl, pc)) {
@@ -509,7 +509,7 @@ int dblock_lock_release(dblock_lock *l) {
         }
       }
       if (rc == 0) h->version = op.g.version;
-      if (cl->strat->id == DBLOCK_STRATEGY_OPTIMISTIC)
+      if (cl->strat->version_hints)
         hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1);
       if (h->pinned) {
         if (final) {

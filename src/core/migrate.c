@@ -14,87 +14,6 @@
 /* How long one dblock_migrate call may take, waits included. */
 #define MIGRATE_BOUND_MS 300000
 
-static const char *PG_TRACK =
-    "CREATE TABLE IF NOT EXISTS ${schema}.${table}_migrations ("
-    " version integer PRIMARY KEY, name text NOT NULL,"
-    " checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
-static const char *MY_TRACK =
-    "CREATE TABLE IF NOT EXISTS ${table}_migrations ("
-    " version INT PRIMARY KEY, name VARCHAR(255) NOT NULL,"
-    " checksum VARCHAR(32) NOT NULL,"
-    " applied_at DATETIME(6) NOT NULL DEFAULT UTC_TIMESTAMP(6)) ENGINE=InnoDB";
-static const char *LITE_TRACK =
-    "CREATE TABLE IF NOT EXISTS ${table}_migrations ("
-    " version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-    " checksum TEXT NOT NULL, applied_at INTEGER NOT NULL)";
-
-static const char *PG_LIST =
-    "SELECT version, checksum, (extract(epoch FROM applied_at) * 1000000)::int8 "
-    "FROM ${schema}.${table}_migrations ORDER BY version";
-static const char *MY_LIST =
-    "SELECT version, checksum, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', applied_at) "
-    "FROM ${table}_migrations ORDER BY version";
-static const char *LITE_LIST =
-    "SELECT version, checksum, applied_at FROM ${table}_migrations ORDER BY version";
-
-static const char *PG_RECORD =
-    "INSERT INTO ${schema}.${table}_migrations (version, name, checksum) VALUES (?::int4, ?, ?)";
-/* (IGNORE: on Galera GET_LOCK is per node, so two migrators on two nodes
- * can both apply a migration — harmless, see restartable — and both record
- * it.) */
-static const char *MY_RECORD =
-    "INSERT IGNORE INTO ${table}_migrations (version, name, checksum) VALUES (?, ?, ?)";
-static const char *LITE_RECORD =
-    "INSERT INTO ${table}_migrations (version, name, checksum, applied_at) "
-    "VALUES (?, ?, ?, dblock_now_us())";
-
-static const char *pick(const dblock_client *cl, const char *pg, const char *my,
-                        const char *lite) {
-  return cl->drv->dialect == DBL_PG ? pg : cl->drv->dialect == DBL_MY ? my : lite;
-}
-
-/* Returns a malloc'd copy of s with every `from` replaced by `to`. */
-static char *replace_all(const char *s, const char *from, const char *to) {
-  size_t fl = strlen(from), tl = strlen(to), n = 0;
-  char *out, *o;
-  for (const char *p = strstr(s, from); p; p = strstr(p + fl, from)) n++;
-  if (!(out = malloc(strlen(s) + n * (tl > fl ? tl - fl : 0) + 1))) return NULL;
-  o = out;
-  for (const char *p; (p = strstr(s, from)) != NULL; s = p + fl) {
-    memcpy(o, s, (size_t)(p - s));
-    o += p - s;
-    memcpy(o, to, tl);
-    o += tl;
-  }
-  strcpy(o, s);
-  return out;
-}
-
-/* MariaDB runs DDL outside transactions, one statement at a time (and on
- * Galera replicates each on its own): a migration that fails part-way
- * leaves what it did. So each statement is made a no-op when its work is
- * already there — a rerun completes the migration — and on Galera
- * sequences get NOCACHE (a cached sequence is refused there, 1235). The
- * checksum stays the shipped file's. Returns a malloc'd script or NULL. */
-static char *my_restartable(const char *sql, int galera) {
-  static const char *rules[][2] = {
-      {"CREATE TABLE ", "CREATE TABLE IF NOT EXISTS "},
-      {"CREATE SEQUENCE ", "CREATE SEQUENCE IF NOT EXISTS "},
-      {"_fence_seq;", "_fence_seq NOCACHE;"}, /* Galera only: the last rule */
-      {"INSERT INTO ", "INSERT IGNORE INTO "},
-      {"ADD COLUMN ", "ADD COLUMN IF NOT EXISTS "},
-  };
-  char *cur = strdup(sql);
-  for (size_t i = 0; cur && i < sizeof rules / sizeof rules[0]; i++) {
-    char *next;
-    if (i == 2 && !galera) continue;
-    next = replace_all(cur, rules[i][0], rules[i][1]);
-    free(cur);
-    cur = next;
-  }
-  return cur;
-}
-
 /* FNV-1a 64 of the file as shipped, as 16 hex digits. */
 static void checksum(const char *s, char out[17]) {
   uint64_t h = 1469598103934665603ull;
@@ -111,9 +30,11 @@ typedef struct applied {
 /* Reads the applied list. A missing tracking table means none applied. */
 static int read_applied(dblock_client *cl, dbl_conn *c, applied **out, int *n,
                         dbl_err *e) {
+  dbl_sqlrun x = dbl_runner(cl, c, e);
+  dbl_out o;
   dbl_res r;
-  int rc = cl->drv->query(c, dbl_sql(cl, pick(cl, PG_LIST, MY_LIST, LITE_LIST)),
-                          NULL, 0, &r, e);
+  int rc = dbl_sql_run(&x, DBL_S_MIG_LIST, NULL, 0, &o, 1);
+  r = o.res;
   *out = NULL;
   *n = 0;
   if (rc == DBLOCK_ESCHEMA) return 0;
@@ -139,48 +60,33 @@ static const applied *find(const applied *a, int n, int version) {
   return NULL;
 }
 
-/* Takes the migration lock; returns 0 or an error. PostgreSQL and SQLite
- * hold it for the transaction; MySQL until unlock_migrations. */
+/* Takes the migration lock (the dialect's: a transaction-level lock that
+ * opens the migration's transaction, or a session lock); returns 0 or an
+ * error. */
 static int lock_migrations(dblock_client *cl, dbl_conn *c, dbl_err *e) {
-  char key[96];
-  dbl_param p;
-  dbl_res r;
-  int rc;
-  snprintf(key, sizeof key, "dblock-migrate-%s", cl->table);
-  switch (cl->drv->dialect) {
-  case DBL_PG: {
-    uint64_t h = 1469598103934665603ull;
-    for (const char *s = key; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    if ((rc = cl->drv->begin(c, e)) != 0) return rc;
-    p = DBL_I64((int64_t)(h >> 1));
-    return cl->drv->query(c, "SELECT pg_advisory_xact_lock(?::int8)", &p, 1, NULL, e);
-  }
-  case DBL_MY:
-    p = DBL_STR(key);
-    if ((rc = cl->drv->query(c, "SELECT GET_LOCK(?, 120)", &p, 1, &r, e)) != 0) return rc;
-    rc = dbl_res_i64(&r, 0, 0) == 1 ? 0
-                                    : dbl_err_set(e, DBLOCK_ETIMEOUT, "", 0,
-                                                  "another migrator held the migration lock for 120 s");
-    dbl_res_clear(&r);
-    return rc;
-  default:
-    cl->drv->set_lock_wait(c, 120000, e);
-    return cl->drv->begin(c, e);
-  }
+  dbl_sqlrun x = dbl_runner(cl, c, e);
+  return cl->dl->migrate_lock(&x, 1, 0);
 }
 
+/* Gives the migration lock up; ok = 0 rolls the transaction back where it
+ * holds the lock. */
 static void unlock_migrations(dblock_client *cl, dbl_conn *c, int ok) {
   dbl_err scratch;
-  char key[96];
-  dbl_param p;
+  dbl_sqlrun x = dbl_runner(cl, c, &scratch);
   memset(&scratch, 0, sizeof scratch);
-  if (cl->drv->dialect == DBL_MY) {
-    snprintf(key, sizeof key, "dblock-migrate-%s", cl->table);
-    p = DBL_STR(key);
-    cl->drv->query(c, "SELECT RELEASE_LOCK(?)", &p, 1, NULL, &scratch);
-  } else if (!ok) {
-    cl->drv->rollback(c, &scratch);
-  }
+  cl->dl->migrate_lock(&x, 0, ok);
+}
+
+/* Ends the migration's transaction where DDL is transactional. */
+static int commit_migrations(dblock_client *cl, dbl_conn *c, dbl_err *e) {
+  return cl->dl->ddl_autocommits ? 0 : cl->drv->commit(c, e);
+}
+
+/* Creates the tracking table if it is missing. */
+static int track(dblock_client *cl, dbl_conn *c, dbl_err *e) {
+  dbl_sqlrun x = dbl_runner(cl, c, e);
+  dbl_out o;
+  return dbl_sql_run(&x, DBL_S_MIG_TRACK, NULL, 0, &o, 0);
 }
 
 /* Takes the connection a migration runs on: its own, longer call bound
@@ -210,8 +116,9 @@ static int migration_conn(dblock_client *cl, dbl_pconn **out, dbl_topology *topo
 static int record(dblock_client *cl, dbl_conn *c, const dbl_migration *m, const char *sum,
                   dbl_err *e) {
   dbl_param p[3] = {DBL_I64(m->version), DBL_STR(m->name), DBL_STR(sum)};
-  return cl->drv->query(c, dbl_sql(cl, pick(cl, PG_RECORD, MY_RECORD, LITE_RECORD)), p, 3, NULL,
-                        e);
+  dbl_sqlrun x = dbl_runner(cl, c, e);
+  dbl_out o;
+  return dbl_sql_run(&x, DBL_S_MIG_RECORD, p, 3, &o, 0);
 }
 
 /* ---- Baseline: adopting a schema another tool applied ---- */
@@ -270,7 +177,11 @@ static int present(dblock_client *cl, dbl_conn *c, int version, dbl_err *e) {
     for (int k = 0; k < 3 && p->sql[k]; k++) {
       dbl_res r;
       int rc, yes;
-      if ((rc = cl->drv->query(c, dbl_sql(cl, p->sql[k]), NULL, 0, &r, e)) != 0) return rc;
+      char *sql = dbl_expand(cl, p->sql[k]);
+      if (!sql) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+      rc = cl->drv->query(c, sql, NULL, 0, &r, e);
+      free(sql);
+      if (rc != 0) return rc;
       yes = dbl_res_i64(&r, 0, 0) > 0;
       dbl_res_clear(&r);
       if (!yes) return 0;
@@ -319,13 +230,11 @@ int dblock_migrate_baseline(dblock_client *cl, int *recorded) {
                        "no dblock schema for table '%s' to adopt (the lock table with its "
                        "epoch row is not there): run dblock migrate instead",
                        cl->table);
-    else if (cl->drv->dialect != DBL_MY)
-      rc = cl->drv->commit(pc->c, &e);
+    else
+      rc = commit_migrations(cl, pc->c, &e);
     goto out;
   }
-  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_TRACK, MY_TRACK, LITE_TRACK)),
-                           NULL, 0, NULL, &e)) != 0)
-    goto out;
+  if ((rc = track(cl, pc->c, &e)) != 0) goto out;
   if ((rc = read_applied(cl, pc->c, &done, &ndone, &e)) != 0) goto out;
   for (int i = 0; i < dbl_migrations_count; i++) {
     const dbl_migration *m = &dbl_migrations[i];
@@ -335,7 +244,7 @@ int dblock_migrate_baseline(dblock_client *cl, int *recorded) {
     if ((rc = record(cl, pc->c, m, sum, &e)) != 0) goto out;
     count++;
   }
-  if (cl->drv->dialect != DBL_MY) rc = cl->drv->commit(pc->c, &e);
+  rc = commit_migrations(cl, pc->c, &e);
 out:
   unlock_migrations(cl, pc->c, rc == 0);
   free(done);
@@ -362,9 +271,7 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
   /* DDL and the migration lock may wait (for another migrator). */
   if ((rc = cl->drv->set_lock_wait(pc->c, -1, &e)) != 0) goto out;
   if ((rc = lock_migrations(cl, pc->c, &e)) != 0) goto out;
-  if ((rc = cl->drv->query(pc->c, dbl_sql(cl, pick(cl, PG_TRACK, MY_TRACK, LITE_TRACK)),
-                           NULL, 0, NULL, &e)) != 0)
-    goto out;
+  if ((rc = track(cl, pc->c, &e)) != 0) goto out;
   if ((rc = read_applied(cl, pc->c, &done, &ndone, &e)) != 0) goto out;
   for (int i = 0; i < dbl_migrations_count; i++) {
     const dbl_migration *m = &dbl_migrations[i];
@@ -381,16 +288,19 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
       }
       continue;
     }
-    if (cl->drv->dialect == DBL_MY) {
-      char *sql = my_restartable(dbl_sql(cl, m->sql), topo.galera);
-      if (!sql) {
+    {
+      /* (the dialect may rewrite the script: see dbl_sqldialect.migration_text) */
+      char *sql = dbl_expand(cl, m->sql), *text = sql;
+      if (sql && cl->dl->migration_text) {
+        text = cl->dl->migration_text(sql, topo.galera);
+        free(sql);
+      }
+      if (!text) {
         rc = dbl_err_set(&e, DBLOCK_ENOMEM, "", 0, "out of memory");
         goto out;
       }
-      rc = cl->drv->script(pc->c, sql, &e);
-      free(sql);
-    } else {
-      rc = cl->drv->script(pc->c, dbl_sql(cl, m->sql), &e);
+      rc = cl->drv->script(pc->c, text, &e);
+      free(text);
     }
     if (rc != 0 || (rc = record(cl, pc->c, m, sum, &e)) != 0) goto out;
     count++;
@@ -408,7 +318,7 @@ int dblock_migrate(dblock_client *cl, int *applied_now) {
       goto out;
     }
   }
-  if (cl->drv->dialect != DBL_MY) rc = cl->drv->commit(pc->c, &e);
+  rc = commit_migrations(cl, pc->c, &e);
 out:
   unlock_migrations(cl, pc->c, rc == 0);
   free(done);

@@ -6,13 +6,15 @@
  * clock, offered to SQL as dblock_now_us() with microsecond precision.
  * Prepared statements are cached per connection.
  *
- * SQLite has no dirty reads and no session list, so a for_update holder
- * (whose row is written inside its open transaction) publishes itself the
- * way a PostgreSQL session does through application_name: SQL function
- * dblock_publish(key, info) stores info, with this process's pid, in a
- * side database "<file>-dblock-holders" (WAL, synchronous=off, autocommit,
- * best effort: it never fails the statement), and dblock_published(key)
- * reads it back when that process is still alive.
+ * SQLite has no dirty reads and no session list, so a session cannot show
+ * other processes what it wrote inside its open transaction the way a
+ * PostgreSQL session can through application_name. The driver offers a
+ * side channel for that: SQL function dblock_publish(key, info) stores
+ * info, with this process's pid, in a side database
+ * "<file>-dblock-holders" (WAL, synchronous=off, autocommit, best effort:
+ * it never fails the statement), and dblock_published(key) reads it back
+ * while that process is still alive. (What is published, and under which
+ * key, is the statements' business: src/sql/sqlite.c.)
  */
 #include <errno.h>
 #include <signal.h>

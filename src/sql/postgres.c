@@ -2,6 +2,11 @@
  * postgres.c — every statement dblock runs on PostgreSQL, with how its result is read
  * (see stmt.h for the ids, their parameters and the result slots).
  */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../drivers/driver.h"
 #include "fence.h"
 #include "stmt.h"
 
@@ -115,6 +120,85 @@ static const char LEASE_FREED[] =
 
 static const char ROW_STRATEGY[] = "SELECT strategy FROM ${schema}.${table} WHERE name = ?";
 
+/* ---- introspection ---- */
+#define COLS                                                                   \
+  "name, strategy, (state = 1 AND expires_at > statement_timestamp())::int, "  \
+  "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "      \
+  "(extract(epoch FROM acquired_at) * 1000000)::int8, "                        \
+  "(extract(epoch FROM expires_at) * 1000000)::int8"
+static const char INFO_ONE[] = "SELECT " COLS " FROM ${schema}.${table} WHERE name = ?";
+static const char INFO_ALL[] =
+    "SELECT " COLS " FROM ${schema}.${table} WHERE name <> '' ORDER BY name LIMIT ?";
+
+/* for_update rows are held while their row is locked: the probe returns
+ * the row only if nobody holds it (a shared lock conflicts with the
+ * holder's exclusive one and is released at once, autocommit). */
+static const char FU_PROBE[] =
+    "SELECT 1 FROM ${schema}.${table} WHERE name = ? FOR SHARE SKIP LOCKED";
+/* No dirty reads: the holder published itself in its session's
+ * application_name ("dblock " + DBL_HOLDER_FORMAT, see FU_TAKE), found
+ * through the row's locker (xmax = backend_xid). */
+static const char FU_HOLDER[] =
+    "SELECT substr(a.application_name, 8), (extract(epoch FROM a.xact_start) * 1000000)::int8 "
+    "FROM pg_stat_activity a JOIN ${schema}.${table} t ON a.backend_xid = t.xmax "
+    "WHERE t.name = ? AND a.application_name LIKE 'dblock %'";
+/* A held for_update lock is a transaction: end it by ending its session. */
+static const char FU_KILL_BY_NAME[] =
+    "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a "
+    "JOIN ${schema}.${table} t ON a.backend_xid = t.xmax WHERE t.name = ?";
+
+/* ---- administration ---- */
+/* Frees a leased row and advances its fence past anything issued, so the
+ * old holder's renewals and releases (checked by owner and fence) fail
+ * with DBLOCK_ELOST and fenced resources refuse its token. */
+static const char FORCE[] =
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "fence = GREATEST(fence + 1, " DBL_PG_NEXT_FENCE "), "
+    "owner_token = '', owner_thread = 0, expires_at = statement_timestamp() "
+    "WHERE name = ? RETURNING fence";
+static const char FORGET[] =
+    "DELETE FROM ${schema}.${table} WHERE name = ? AND name <> '' AND "
+    "(strategy = 'for_update' OR expires_at < statement_timestamp())";
+/* (Like a release: the row is freed and keeps its fence as the floor for
+ * the next grant; the reaper collects it after its lease.) */
+static const char DROP_GRANT[] =
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "WHERE name = ? AND owner_token = ? "
+    "AND owner_thread = ?::int8 AND fence = ?::int8 AND state = 1 "
+    "AND strategy <> 'for_update'";
+/* One bounded batch. The expiry test sits in the DELETE itself, so a row
+ * renewed after it was picked is re-checked and kept; SKIP LOCKED lets
+ * several reapers share the work. Rows without a lease (for_update, the
+ * epoch row) have expires_at NULL and are never picked. */
+static const char REAP[] =
+    "DELETE FROM ${schema}.${table} WHERE name IN (SELECT name FROM ${schema}.${table} "
+    "WHERE expires_at < statement_timestamp() - ?::int8 * interval '1 microsecond' "
+    "LIMIT ?::int8 FOR UPDATE SKIP LOCKED) "
+    "AND expires_at < statement_timestamp() - ?::int8 * interval '1 microsecond'";
+
+/* ---- migrations ---- */
+static const char MIG_TRACK[] =
+    "CREATE TABLE IF NOT EXISTS ${schema}.${table}_migrations ("
+    " version integer PRIMARY KEY, name text NOT NULL,"
+    " checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())";
+static const char MIG_LIST[] =
+    "SELECT version, checksum, (extract(epoch FROM applied_at) * 1000000)::int8 "
+    "FROM ${schema}.${table}_migrations ORDER BY version";
+static const char MIG_RECORD[] =
+    "INSERT INTO ${schema}.${table}_migrations (version, name, checksum) VALUES (?::int4, ?, ?)";
+
+/* The epoch bump (fence.h): a flushed commit that moves the durable epoch
+ * in the '' row, unless another session vouched meanwhile, then the vouch
+ * that refills ${table}_alive. */
+static const char EPOCH_BUMP[] =
+    "BEGIN; SET LOCAL synchronous_commit = on; "
+    "UPDATE ${schema}.${table} SET fence = fence + 1 WHERE name = '' "
+    "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table}_alive); COMMIT";
+static const char EPOCH_VOUCH[] =
+    "INSERT INTO ${schema}.${table}_alive (id, epoch) "
+    "SELECT 1, fence FROM ${schema}.${table} WHERE name = '' "
+    "ON CONFLICT (id) DO UPDATE SET epoch = GREATEST(${table}_alive.epoch, excluded.epoch)";
+
 const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "012345666", 1, {0, 1, 2, 3}},
     [DBL_S_INSERT_FREE] = {INSERT_FREE, NULL, 0, DBL_OUT_NONE},
@@ -129,4 +213,62 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_LEASE_DECR] = {LEASE_DECR, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_LEASE_FREED] = {LEASE_FREED, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_ROW_STRATEGY] = {ROW_STRATEGY, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_FU_PROBE] = {FU_PROBE, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_FU_HOLDER] = {FU_HOLDER, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_DIRTY_READ] = {NULL, NULL, 0, DBL_OUT_NONE}, /* no dirty reads */
+    [DBL_S_FU_KILL_BY_NAME] = {FU_KILL_BY_NAME, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_FU_SESSION] = {NULL, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_KILL_SESSION] = {NULL, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_INFO_ONE] = {INFO_ONE, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_INFO_ALL] = {INFO_ALL, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_FORCE] = {FORCE, NULL, 1, {0, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
+    [DBL_S_FORGET] = {FORGET, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_DROP_GRANT] = {DROP_GRANT, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_REAP] = {REAP, "010", 0, DBL_OUT_NONE},
+    [DBL_S_SERVER_NOW] = {NULL, NULL, 0, DBL_OUT_NONE}, /* RETURNING gives the expiry */
+    [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_MIG_LIST] = {MIG_LIST, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_EPOCH_BUMP] = {EPOCH_BUMP, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_EPOCH_VOUCH] = {EPOCH_VOUCH, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_EPOCH_READ] = {NULL, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_REAP_PICK] = {NULL, NULL, 0, DBL_OUT_NONE},
+};
+
+/* ---- procedures ---- */
+
+
+static int epoch_bump(const dbl_sqlrun *x) {
+  int rc;
+  if ((rc = x->drv->script(x->c, x->sqls[DBL_S_EPOCH_BUMP], x->e)) != 0) {
+    dbl_err scratch;
+    if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);
+    return rc;
+  }
+  return x->drv->script(x->c, x->sqls[DBL_S_EPOCH_VOUCH], x->e);
+}
+
+/* The migration lock: a transaction-level advisory lock keyed by the
+ * table, so it ends with the migration's transaction. */
+static int migrate_lock(const dbl_sqlrun *x, int lock, int ok) {
+  char key[96];
+  uint64_t h = 1469598103934665603ull;
+  dbl_param p;
+  int rc;
+  if (!lock) {
+    dbl_err scratch;
+    if (!ok) x->drv->rollback(x->c, &scratch);
+    return 0;
+  }
+  snprintf(key, sizeof key, "dblock-migrate-%s", x->table);
+  for (const char *s = key; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  if ((rc = x->drv->begin(x->c, x->e)) != 0) return rc;
+  p = DBL_I64((int64_t)(h >> 1));
+  return x->drv->query(x->c, "SELECT pg_advisory_xact_lock(?::int8)", &p, 1, NULL, x->e);
+}
+
+const dbl_sqldialect dbl_dialect_postgres = {
+    .stmts = dbl_sql_postgres,
+    .epoch_bump = epoch_bump,
+    .migrate_lock = migrate_lock,
 };

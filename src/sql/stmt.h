@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../drivers/driver.h"
+
 typedef enum dbl_sid {
   /* insert strategy. Params: name, host, pid, thread, token, lease µs,
    * reentrant flag. Out: the grant. Count 0 = busy. */
@@ -61,6 +63,53 @@ typedef enum dbl_sid {
   DBL_S_LEASE_FREED,
   /* a row's strategy. Params: name. Column: strategy. */
   DBL_S_ROW_STRATEGY,
+  /* for_update introspection. PROBE (params: name) returns the row only
+   * if nobody holds its lock; NULL: a lock transaction locks the whole
+   * database (SQLite), probed by trying to open one. HOLDER (params: name)
+   * returns what the holding session published — the holder string
+   * "FENCE PID THREAD HOST" (DBL_HOLDER_FORMAT) and the acquisition time in
+   * µs; NULL: the row itself, read uncommitted (DIRTY_READ), shows the
+   * holder (MariaDB). */
+  DBL_S_FU_PROBE,
+  DBL_S_FU_HOLDER,
+  /* Makes the next statement read uncommitted rows (a script, no params);
+   * NULL where there are no dirty reads. */
+  DBL_S_DIRTY_READ,
+  /* Ending a for_update holder's session: KILL_BY_NAME (params: name)
+   * where the server finds the session from the row's locker; else
+   * SESSION (params: name; column: the session id the holder wrote,
+   * read uncommitted) and KILL_SESSION (params: session id). */
+  DBL_S_FU_KILL_BY_NAME,
+  DBL_S_FU_SESSION,
+  DBL_S_KILL_SESSION,
+  /* Introspection rows (columns: see fill_info in admin.c). ONE params:
+   * name; ALL params: limit. */
+  DBL_S_INFO_ONE,
+  DBL_S_INFO_ALL,
+  /* force-unlock. Params: name. Out: the new fence. Count 1 = done. */
+  DBL_S_FORCE,
+  /* forget a free name. Params: name. Count 1 = deleted. */
+  DBL_S_FORGET,
+  /* release another process's grant. Params: name, token, thread, fence. */
+  DBL_S_DROP_GRANT,
+  /* one reaper batch. Params: grace µs, batch. Count = rows deleted.
+   * NULL: the dialect reaps with its own procedure (dbl_dialect.reap_batch). */
+  DBL_S_REAP,
+  /* the server's clock, µs since the epoch (no params); NULL where every
+   * granting statement returns the expiry itself. */
+  DBL_S_SERVER_NOW,
+  /* migrations: create the tracking table (script), list applied
+   * (columns: version, checksum, applied µs), record one (params: version,
+   * name, checksum). */
+  DBL_S_MIG_TRACK,
+  DBL_S_MIG_LIST,
+  DBL_S_MIG_RECORD,
+  /* Used only by the dialects' own procedures (below): the epoch bump and
+   * vouch (scripts), the epoch read, the reaper's pick. */
+  DBL_S_EPOCH_BUMP,
+  DBL_S_EPOCH_VOUCH,
+  DBL_S_EPOCH_READ,
+  DBL_S_REAP_PICK,
   DBL_S_COUNT
 } dbl_sid;
 
@@ -84,11 +133,71 @@ typedef struct dbl_sqldef {
 #define DBL_OUT_NONE {DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}
 #define DBL_OUT_VERSION(c) {DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE, (c)}
 
-/* The statement table of a driver's dialect (by dbl_driver.dialect). */
-const dbl_sqldef *dbl_sql_table(int dialect);
+/* What statements run on: a connection, the client's expanded statements
+ * and its table name. */
+typedef struct dbl_sqlrun {
+  const dbl_driver *drv;
+  dbl_conn *c;
+  const dbl_sqldef *defs;
+  const char *const *sqls; /* expanded, by dbl_sid */
+  const char *table;
+  dbl_err *e;
+} dbl_sqlrun;
 
-extern const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT];
-extern const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT];
-extern const dbl_sqldef dbl_sql_sqlite[DBL_S_COUNT];
+/* A statement's outcome, read the way its dialect table says. */
+typedef struct dbl_out {
+  int64_t count;                  /* rows touched: returned or affected */
+  int64_t v[DBL_O_COUNT];         /* the result slots... */
+  unsigned char has[DBL_O_COUNT]; /* ...and which of them the dialect gave */
+  dbl_res res;                    /* the rows, if asked to keep them (then
+                                     clear with dbl_res_clear) */
+} dbl_out;
+
+/* Runs statement id with its logical parameters lp[0..nlp) (listed per
+ * statement above) and reads the outcome into *o. keep: leave the rows in
+ * o->res for the caller (who clears them); else they are cleared. A
+ * statement the dialect does not run returns 0 with count 0. Returns 0 or
+ * the driver's error (x->e set). */
+int dbl_sql_run(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o,
+                int keep);
+/* The same, as the first statement of a lock transaction opened by the
+ * driver (dbl_driver.lock_begin) with row-lock waits of wait_ms. */
+int dbl_sql_run_locking(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp,
+                        int64_t wait_ms, dbl_out *o);
+/* Runs a parameterless statement as a script (SET, multi-statement);
+ * 0 without a round trip where the dialect has none. */
+int dbl_sql_script(const dbl_sqlrun *x, dbl_sid id);
+
+/* A dialect: its statements, and the few procedures whose steps (not only
+ * whose text) differ between databases. */
+typedef struct dbl_sqldialect {
+  const dbl_sqldef *stmts;     /* DBL_S_COUNT entries */
+  int one_writer;              /* one writer at a time for the whole
+                                  database: the reaper leaves gaps */
+  int ddl_autocommits;         /* DDL commits by itself: migrations are
+                                  made restartable, not transactional */
+  int reap_batch_max;          /* largest reaper batch; 0 no limit */
+  /* Bumps the durable fencing epoch (flushed) and vouches for it in
+   * ${table}_alive (see fence.h); NULL: the dialect has no epoch. */
+  int (*epoch_bump)(const dbl_sqlrun *x);
+  /* One reaper batch where DBL_S_REAP is NULL: *got rows deleted. */
+  int (*reap_batch)(const dbl_sqlrun *x, int64_t grace_ms, int batch, int64_t *got);
+  /* Takes (lock = 1) the migration lock, or gives it up (lock = 0; ok:
+   * the migration succeeded). Where it is held by a transaction, taking
+   * it opens that transaction and giving it up on failure rolls back. */
+  int (*migrate_lock)(const dbl_sqlrun *x, int lock, int ok);
+  /* The script to run for a migration (malloc'd; NULL: out of memory);
+   * NULL function: the expanded text as shipped. */
+  char *(*migration_text)(const char *sql, int galera);
+} dbl_sqldialect;
+
+/* The dialect of a driver (by dbl_driver.dialect). */
+const dbl_sqldialect *dbl_dialect_of(int dialect);
+
+extern const dbl_sqldialect dbl_dialect_postgres, dbl_dialect_mysql, dbl_dialect_sqlite;
+
+/* The holder string a for_update holder publishes (DBL_S_FU_HOLDER):
+ * fence, process id, thread id, then the host (which may hold spaces). */
+#define DBL_HOLDER_FORMAT "%lld %lld %lld %n"
 
 #endif

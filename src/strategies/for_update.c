@@ -115,6 +115,112 @@ static int for_update_renew(dbl_op *op) {
   return dbl_run(op, DBL_S_FU_PING, NULL, 0, &o, 0);
 }
 
+/* ---- introspection and force-unlock ---- */
+
+/* Is the row's lock held? Probed without waiting: the probe returns the
+ * row only if nobody holds it. Where a lock transaction locks the whole
+ * database (no probe statement: SQLite) by trying to open one. */
+static int probe_held(dbl_op *op, int *held) {
+  dbl_param p = DBL_TEXT(op->name, op->name_len);
+  dbl_out o;
+  int rc;
+  if (op->defs[DBL_S_FU_PROBE].sql) {
+    if ((rc = dbl_run(op, DBL_S_FU_PROBE, &p, 1, &o, 0)) != 0) return rc;
+    *held = o.count == 0;
+    return 0;
+  }
+  op->drv->set_lock_wait(op->conn, 0, op->e);
+  rc = op->drv->begin(op->conn, op->e);
+  op->drv->set_lock_wait(op->conn, 5000, op->e);
+  if (rc == 0) {
+    *held = 0;
+    return op->drv->rollback(op->conn, op->e);
+  }
+  if (rc != DBLOCK_EBUSY) return rc;
+  *held = 1;
+  return 0;
+}
+
+/* Fills o's holder from what the holding session published
+ * (DBL_S_FU_HOLDER, DBL_HOLDER_FORMAT); leaves it empty if that session
+ * is not visible (a role that may not see other roles' sessions, or the
+ * lock just ended). An entry whose fence is not above the committed row's
+ * is an earlier holder's, whose grant has since committed: ignored. */
+static int read_holder(dbl_op *op, dblock_lock_info *o, int64_t committed_fence) {
+  dbl_param p = DBL_TEXT(op->name, op->name_len);
+  dbl_out r;
+  long long fence, pid, thread;
+  int host_at = 0, rc;
+  const char *v;
+  if ((rc = dbl_run(op, DBL_S_FU_HOLDER, &p, 1, &r, 1)) != 0) return rc;
+  if (r.res.nrows == 1 && (v = dbl_res_get(&r.res, 0, 0)) &&
+      sscanf(v, DBL_HOLDER_FORMAT, &fence, &pid, &thread, &host_at) == 3 && host_at &&
+      fence > committed_fence) {
+    o->fence = fence;
+    o->owner_pid = pid;
+    o->owner_thread = thread;
+    snprintf(o->owner_host, sizeof o->owner_host, "%s", v + host_at);
+    o->acquired_at_us = dbl_res_i64(&r.res, 0, 1);
+  }
+  dbl_res_clear(&r.res);
+  return 0;
+}
+
+/* A for_update row is held while its row is locked, whatever its columns
+ * say; the holder's identity is written inside its open transaction.
+ * Where the row was read uncommitted (no holder statement: MariaDB) the
+ * columns are the holder's; elsewhere they describe the last holder that
+ * committed, so they are cleared rather than shown wrongly, and the
+ * holder's own publication fills them in. */
+static int for_update_inspect(dbl_op *op, dblock_lock_info *o) {
+  int rc, held;
+  if ((rc = probe_held(op, &held)) != 0) return rc;
+  o->held = held;
+  if (held && op->defs[DBL_S_FU_HOLDER].sql) {
+    int64_t committed_fence = o->fence;
+    o->owner_host[0] = 0;
+    o->owner_pid = o->owner_thread = 0;
+    o->owner_token[0] = 0;
+    o->fence = 0;
+    o->acquired_at_us = 0;
+    if ((rc = read_holder(op, o, committed_fence)) != 0) return rc;
+    o->hold_count = 1;
+  }
+  if (!held) o->hold_count = 0;
+  o->expires_at_us = 0;
+  return 0;
+}
+
+/* A held for_update lock is a transaction: end it by ending its session.
+ * PostgreSQL finds the session through the row's locker; MariaDB reads the
+ * session id the holder wrote (uncommitted) and kills that connection.
+ * Either needs the right to end the holder's session (same user, or
+ * pg_signal_backend / CONNECTION ADMIN). */
+static int for_update_end_holder(dbl_op *op) {
+  dbl_param p = DBL_TEXT(op->name, op->name_len);
+  dbl_out o;
+  int64_t session;
+  int rc;
+  if (op->defs[DBL_S_FU_KILL_BY_NAME].sql)
+    return dbl_run(op, DBL_S_FU_KILL_BY_NAME, &p, 1, &o, 0);
+  if (!op->defs[DBL_S_FU_SESSION].sql)
+    return dbl_err_set(op->e, DBLOCK_EUNSUPPORTED, "", 0,
+                       "force-unlock of a held for_update lock is not possible on %s (the "
+                       "holder is another process's open transaction)",
+                       op->drv->name);
+  if (op->defs[DBL_S_DIRTY_READ].sql &&
+      (rc = op->drv->script(op->conn, op->sqls[DBL_S_DIRTY_READ], op->e)) != 0)
+    return rc;
+  if ((rc = dbl_run(op, DBL_S_FU_SESSION, &p, 1, &o, 1)) != 0) return rc;
+  session = dbl_res_i64(&o.res, 0, 0);
+  dbl_res_clear(&o.res);
+  if (session <= 0) return 0;
+  p = DBL_I64(session);
+  rc = dbl_run(op, DBL_S_KILL_SESSION, &p, 1, &o, 0);
+  /* (MariaDB 1094, unknown thread: the session ended by itself meanwhile) */
+  return rc && op->e->native == 1094 ? 0 : rc;
+}
+
 const dbl_strategy dbl_strategy_for_update = {
     .name = "for_update",
     .id = DBLOCK_STRATEGY_FOR_UPDATE,
@@ -124,4 +230,6 @@ const dbl_strategy dbl_strategy_for_update = {
     .acquire = for_update_acquire,
     .release = for_update_release,
     .renew = for_update_renew,
+    .inspect = for_update_inspect,
+    .end_holder = for_update_end_holder,
 };

@@ -1,9 +1,9 @@
 /*
- * lease.c — what the strategies share: running a statement by id (its
- * parameters bound and its result read the way the dialect's table says),
- * filling a grant from a result, and the statements of the two lease-based
- * strategies (insert, optimistic) in common: the owner-checked renewal and
- * the owner-checked release of an inner reentrant hold. Every owner-checked
+ * lease.c — what the strategies share: running a statement by id on op's
+ * connection (src/sql/run.c), filling a grant from a result, and what the
+ * two lease-based strategies (insert, optimistic) have in common: the
+ * owner-checked renewal and the owner-checked release of an inner
+ * reentrant hold. Every owner-checked
  * statement names the row by (name, owner token, owner thread, fence), so
  * it can only ever touch this owner's grant.
  */
@@ -12,61 +12,21 @@
 
 #include "lease.h"
 
-#define MAX_BIND 24
-
-/* The positional parameters of statement d: lp as is, or as d->bind
- * orders them (into p). Returns the array to send; *n its length. */
-static const dbl_param *bind(const dbl_sqldef *d, const dbl_param *lp, int nlp, dbl_param *p,
-                             int *n) {
-  if (!d->bind) {
-    *n = nlp;
-    return lp;
-  }
-  for (*n = 0; d->bind[*n] && *n < MAX_BIND; (*n)++) p[*n] = lp[d->bind[*n] - '0'];
-  return p;
-}
-
-/* Reads o->res into o's count and slots as d says; keep: leave the rows. */
-static void read_out(const dbl_sqldef *d, dbl_out *o, int keep) {
-  o->count = d->count_rows ? o->res.nrows : o->res.affected;
-  for (int k = 0; k < DBL_O_COUNT; k++) {
-    signed char from = d->out[k];
-    if (from == DBL_FROM_INSERT_ID) {
-      o->v[k] = o->res.insert_id;
-      o->has[k] = 1;
-    } else if (from >= 0 && o->res.nrows > 0 && from < o->res.ncols) {
-      o->v[k] = dbl_res_i64(&o->res, 0, from);
-      o->has[k] = 1;
-    }
-  }
-  if (!keep) dbl_res_clear(&o->res);
+/* The statements' view of op. */
+static dbl_sqlrun runner(const dbl_op *op) {
+  dbl_sqlrun x = {op->drv, op->conn, op->defs, op->sqls, op->table, op->e};
+  return x;
 }
 
 int dbl_run(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o, int keep) {
-  const dbl_sqldef *d = &op->defs[id];
-  dbl_param p[MAX_BIND];
-  const dbl_param *bound;
-  int n, rc;
-  memset(o, 0, sizeof *o);
-  if (!d->sql) return 0; /* nothing to run on this dialect */
-  bound = bind(d, lp, nlp, p, &n);
-  if ((rc = op->drv->query(op->conn, op->sqls[id], bound, n, &o->res, op->e)) != 0) return rc;
-  read_out(d, o, keep);
-  return 0;
+  dbl_sqlrun x = runner(op);
+  return dbl_sql_run(&x, id, lp, nlp, o, keep);
 }
 
 int dbl_run_locking(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, int64_t wait_ms,
                     dbl_out *o) {
-  const dbl_sqldef *d = &op->defs[id];
-  dbl_param p[MAX_BIND];
-  dbl_stmt st;
-  int rc;
-  memset(o, 0, sizeof *o);
-  st.sql = op->sqls[id];
-  st.params = bind(d, lp, nlp, p, &st.nparams);
-  if ((rc = op->drv->lock_begin(op->conn, wait_ms, &st, &o->res, op->e)) != 0) return rc;
-  read_out(d, o, 0);
-  return 0;
+  dbl_sqlrun x = runner(op);
+  return dbl_sql_run_locking(&x, id, lp, nlp, wait_ms, o);
 }
 
 void dbl_take_grant(dbl_op *op, const dbl_out *o, int64_t version) {

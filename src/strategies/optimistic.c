@@ -141,4 +141,5 @@ const dbl_strategy dbl_strategy_optimistic = {
     .release = optimistic_release,
     .renew = dbl_lease_renew,
     .released = dbl_lease_released,
+    .version_hints = 1,
 };

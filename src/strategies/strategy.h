@@ -30,6 +30,7 @@ typedef struct dbl_op {
    * (${table}, ${schema}), both indexed by dbl_sid: run them with dbl_run. */
   const dbl_sqldef *defs;
   const char *const *sqls;
+  const char *table;
   const char *name;
   size_t name_len;
   const char *host, *token;
@@ -46,15 +47,6 @@ typedef struct dbl_op {
                              are DBLOCK_EBUSY too, with taken 0) */
   dbl_err *e;
 } dbl_op;
-
-/* A statement's outcome, read the way its dialect table says (stmt.h). */
-typedef struct dbl_out {
-  int64_t count;                   /* rows touched: returned or affected */
-  int64_t v[DBL_O_COUNT];          /* the result slots... */
-  unsigned char has[DBL_O_COUNT];  /* ...and which of them the dialect gave */
-  dbl_res res;                     /* the rows, if dbl_run was asked to keep
-                                      them (then clear with dbl_res_clear) */
-} dbl_out;
 
 typedef struct dbl_strategy {
   const char *name;
@@ -78,7 +70,23 @@ typedef struct dbl_strategy {
   int (*released)(dbl_op *op);
   /* Extends the lease (or checks the session). 0, DBLOCK_ELOST, or error. */
   int (*renew)(dbl_op *op);
+  int version_hints;   /* the core keeps each name's last row version for
+                          the next acquire (op->version_hint) */
+  /* Completes what a row of this strategy says (o filled from the row:
+   * held by its state and lease, the owner by its columns) where the row
+   * alone cannot tell — a lock held by an open transaction. op has a
+   * connection and o->name. NULL: the row says it all. */
+  int (*inspect)(dbl_op *op, dblock_lock_info *o);
+  /* Before a force-unlock frees a held row: ends whatever keeps the
+   * holder holding it (a session with an open transaction). NULL: nothing
+   * to end. */
+  int (*end_holder)(dbl_op *op);
 } dbl_strategy;
+
+/* The strategy with this id (DEFAULT: insert), or with the name a row
+ * records; NULL if there is none. */
+const dbl_strategy *dbl_strategy_by_id(dblock_strategy id);
+const dbl_strategy *dbl_strategy_named(const char *name);
 
 extern const dbl_strategy dbl_strategy_insert;
 extern const dbl_strategy dbl_strategy_for_update;
