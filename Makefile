@@ -140,10 +140,11 @@ $(B)/bank_sql.c: $(wildcard sql/*/bank.sql) tools/embed-sql.sh
 	@mkdir -p $(B)
 	sh tools/embed-sql.sh sql > $@.tmp && mv $@.tmp $@
 # The demo also talks to its own account table through the client
-# libraries, as an application would.
-$(B)/dblock-bank: src/tools/dblock_bank.c src/tools/cli.h src/tools/cli.c $(B)/bank_sql.c $(B)/libdblock.a \
+# libraries, as an application would (bank_account.c).
+BANK_SRC := src/tools/dblock_bank.c src/tools/bank_account.c src/tools/cli.c
+$(B)/dblock-bank: $(BANK_SRC) src/tools/bank_account.h src/tools/cli.h $(B)/bank_sql.c $(B)/libdblock.a \
 		$(BACKENDS_STAMP)
-	$(CC) $(PROG_CFLAGS) $(BACKEND_FLAGS) $(PG_CFLAGS) $(MY_CFLAGS) -o $@ src/tools/dblock_bank.c src/tools/cli.c \
+	$(CC) $(PROG_CFLAGS) $(BACKEND_FLAGS) $(PG_CFLAGS) $(MY_CFLAGS) -o $@ $(BANK_SRC) \
 	  $(B)/bank_sql.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 
 # Tests may also include the driver interface (test_driver exercises it
