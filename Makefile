@@ -127,18 +127,25 @@ $(B)/libdblock.so: $(B)/libdblock.so.$(VERSION)
 # the static library so they run from the tree without installing.
 PROG_CFLAGS := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) $(SANFLAGS) -Iinclude $(CPPFLAGS) $(CFLAGS)
 
-$(B)/dblock: src/tools/dblock.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a
-	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
+# dblock: main and dispatch (dblock.c), one file per command (cmd_*.c), the
+# shared plumbing (dblock_cli.c), output (out.c) and run's supervisor.
+DBLOCK_CMDS := migrate acquire release run status list stats doctor reap force_unlock forget
+DBLOCK_SRC := src/tools/dblock.c src/tools/dblock_cli.c src/tools/out.c src/tools/supervise.c \
+              $(patsubst %,src/tools/cmd_%.c,$(DBLOCK_CMDS)) src/tools/cli.c
+DBLOCK_HDR := src/tools/cli.h src/tools/dblock_cli.h src/tools/out.h src/tools/supervise.h
+$(B)/dblock: $(DBLOCK_SRC) $(DBLOCK_HDR) $(B)/libdblock.a
+	$(CC) $(PROG_CFLAGS) -o $@ $(DBLOCK_SRC) $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 $(B)/dblock-reaper: src/tools/dblock_reaper.c src/tools/cli.h src/tools/cli.c $(B)/libdblock.a
 	$(CC) $(PROG_CFLAGS) -o $@ src/tools/dblock_reaper.c src/tools/cli.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 $(B)/bank_sql.c: $(wildcard sql/*/bank.sql) tools/embed-sql.sh
 	@mkdir -p $(B)
 	sh tools/embed-sql.sh sql > $@.tmp && mv $@.tmp $@
 # The demo also talks to its own account table through the client
-# libraries, as an application would.
-$(B)/dblock-bank: src/tools/dblock_bank.c src/tools/cli.h src/tools/cli.c $(B)/bank_sql.c $(B)/libdblock.a \
+# libraries, as an application would (bank_account.c).
+BANK_SRC := src/tools/dblock_bank.c src/tools/bank_account.c src/tools/cli.c
+$(B)/dblock-bank: $(BANK_SRC) src/tools/bank_account.h src/tools/cli.h $(B)/bank_sql.c $(B)/libdblock.a \
 		$(BACKENDS_STAMP)
-	$(CC) $(PROG_CFLAGS) $(BACKEND_FLAGS) $(PG_CFLAGS) $(MY_CFLAGS) -o $@ src/tools/dblock_bank.c src/tools/cli.c \
+	$(CC) $(PROG_CFLAGS) $(BACKEND_FLAGS) $(PG_CFLAGS) $(MY_CFLAGS) -o $@ $(BANK_SRC) \
 	  $(B)/bank_sql.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 
 # Tests may also include the driver interface (test_driver exercises it

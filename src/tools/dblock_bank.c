@@ -14,21 +14,11 @@
  *
  * The account is the application's own data, so this program talks to it
  * through the database's client library directly (as an application
- * would); dblock is used only through its public header.
+ * would: bank_account.c); dblock is used only through its public header.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
-/* Each client library only when its backend is built (make WITH_PG=0 ...). */
-#if DBLOCK_WITH_PG
-#include <libpq-fe.h>
-#endif
-#if DBLOCK_WITH_MYSQL
-#include <mysql.h>
-#endif
-#if DBLOCK_WITH_SQLITE
-#include <sqlite3.h>
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,274 +26,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bank_account.h"
 #include "cli.h"
 #include "dblock.h"
 
-extern const char bank_sql_postgres[], bank_sql_mysql[], bank_sql_sqlite[];
-
 static const char *prog = "dblock-bank";
-
-/* ---- The account: a tiny data layer over the three client libraries ---- */
-
-typedef struct account {
-  int kind; /* 'p', 'm', 's' */
-#if DBLOCK_WITH_PG
-  PGconn *pg;
-#endif
-#if DBLOCK_WITH_MYSQL
-  MYSQL *my;
-#endif
-#if DBLOCK_WITH_SQLITE
-  sqlite3 *lite;
-#endif
-} account;
-
-#if DBLOCK_WITH_MYSQL
-
-/* Splits mysql://user:pass@host:port/db?socket=... (the application's own
- * connection; dblock parses the same URL for the lock client). */
-static int my_open(account *a, const char *url) {
-  char buf[1024], *s, *at, *slash, *q, *colon;
-  char localhost[] = "127.0.0.1";
-  char *user = NULL, *pass = NULL, *host = localhost, *db = NULL, *sock = NULL;
-  unsigned port = 0;
-  snprintf(buf, sizeof buf, "%s", strstr(url, "://") + 3);
-  s = buf;
-  if ((q = strchr(s, '?')) != NULL) {
-    *q++ = 0;
-    if (strncmp(q, "socket=", 7) == 0) sock = q + 7;
-  }
-  if ((slash = strchr(s, '/')) != NULL) {
-    *slash = 0;
-    db = slash + 1;
-  }
-  if ((at = strrchr(s, '@')) != NULL) {
-    *at = 0;
-    user = s;
-    if ((colon = strchr(user, ':')) != NULL) {
-      *colon = 0;
-      pass = colon + 1;
-    }
-    s = at + 1;
-  }
-  if ((colon = strchr(s, ':')) != NULL) {
-    *colon = 0;
-    port = (unsigned)atoi(colon + 1);
-  }
-  if (*s) host = s;
-  a->my = mysql_init(NULL);
-  if (!a->my || !mysql_real_connect(a->my, host, user, pass, db, port, sock,
-                                    CLIENT_MULTI_STATEMENTS)) {
-    fprintf(stderr, "%s: account connection failed: %s\n", prog,
-            a->my ? mysql_error(a->my) : "out of memory");
-    return -1;
-  }
-  return 0;
-}
-#endif
-
-#if DBLOCK_WITH_PG
-static void quiet(void *arg, const char *msg) {
-  (void)arg;
-  (void)msg;
-}
-#endif
-
-#if !DBLOCK_WITH_PG || !DBLOCK_WITH_MYSQL || !DBLOCK_WITH_SQLITE
-/* "this demo was built without BACKEND" (make WITH_...=0). */
-static int not_built(const char *backend) {
-  fprintf(stderr, "%s: built without %s support (rebuild with its client library)\n", prog,
-          backend);
-  return -1;
-}
-#endif
-
-static int acct_open(account *a, const char *url) {
-  memset(a, 0, sizeof *a);
-  if (strncmp(url, "sqlite://", 9) == 0) {
-    a->kind = 's';
-#if DBLOCK_WITH_SQLITE
-    if (sqlite3_open(url + 9, &a->lite) != SQLITE_OK) {
-      fprintf(stderr, "%s: cannot open %s\n", prog, url + 9);
-      return -1;
-    }
-    sqlite3_busy_timeout(a->lite, 10000);
-    return 0;
-#else
-    return not_built("SQLite");
-#endif
-  }
-  if (strncmp(url, "mysql://", 8) == 0 || strncmp(url, "mariadb://", 10) == 0) {
-    a->kind = 'm';
-#if DBLOCK_WITH_MYSQL
-    return my_open(a, url);
-#else
-    return not_built("MySQL/MariaDB");
-#endif
-  }
-  a->kind = 'p';
-#if DBLOCK_WITH_PG
-  a->pg = PQconnectdb(url);
-  if (PQstatus(a->pg) != CONNECTION_OK) {
-    fprintf(stderr, "%s: account connection failed: %s", prog, PQerrorMessage(a->pg));
-    return -1;
-  }
-  PQsetNoticeProcessor(a->pg, quiet, NULL);
-  return 0;
-#else
-  return not_built("PostgreSQL");
-#endif
-}
-
-static void acct_close(account *a) {
-#if DBLOCK_WITH_PG
-  if (a->pg) PQfinish(a->pg);
-#endif
-#if DBLOCK_WITH_MYSQL
-  if (a->my) mysql_close(a->my);
-#endif
-#if DBLOCK_WITH_SQLITE
-  if (a->lite) sqlite3_close(a->lite);
-#endif
-  (void)a;
-}
-
-/* Runs a constant script (the schema from sql/). */
-static int acct_script(account *a, const char *sql) {
-#if DBLOCK_WITH_SQLITE
-  if (a->kind == 's') return sqlite3_exec(a->lite, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
-#endif
-#if DBLOCK_WITH_MYSQL
-  if (a->kind == 'm') {
-    int st;
-    if (mysql_real_query(a->my, sql, strlen(sql))) return -1;
-    do {
-      MYSQL_RES *r = mysql_store_result(a->my);
-      if (r) mysql_free_result(r);
-      st = mysql_next_result(a->my);
-    } while (st == 0);
-    return st > 0 ? -1 : 0;
-  }
-#endif
-#if DBLOCK_WITH_PG
-  if (a->kind == 'p') {
-    PGresult *r = PQexec(a->pg, sql);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    PQclear(r);
-    return ok ? 0 : -1;
-  }
-#endif
-  (void)sql;
-  return -1;
-}
-
-/* Reads the balance. Values here are integers the program made, so the
- * text forms below carry no outside input. */
-static int acct_read(account *a, long long *balance) {
-  const char *sql = "SELECT balance FROM dblock_bank_account WHERE id = 1";
-#if DBLOCK_WITH_SQLITE
-  if (a->kind == 's') {
-    sqlite3_stmt *st;
-    int ok = 0;
-    if (sqlite3_prepare_v2(a->lite, sql, -1, &st, NULL) != SQLITE_OK) return -1;
-    if (sqlite3_step(st) == SQLITE_ROW) {
-      *balance = sqlite3_column_int64(st, 0);
-      ok = 1;
-    }
-    sqlite3_finalize(st);
-    return ok ? 0 : -1;
-  }
-#endif
-#if DBLOCK_WITH_MYSQL
-  if (a->kind == 'm') {
-    MYSQL_RES *r;
-    MYSQL_ROW row;
-    if (mysql_real_query(a->my, sql, strlen(sql)) || !(r = mysql_store_result(a->my))) return -1;
-    row = mysql_fetch_row(r);
-    if (row) *balance = atoll(row[0]);
-    mysql_free_result(r);
-    return row ? 0 : -1;
-  }
-#endif
-#if DBLOCK_WITH_PG
-  if (a->kind == 'p') {
-    PGresult *r = PQexec(a->pg, sql);
-    int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
-    if (ok) *balance = atoll(PQgetvalue(r, 0, 0));
-    PQclear(r);
-    return ok ? 0 : -1;
-  }
-#endif
-  (void)sql;
-  (void)balance;
-  return -1;
-}
-
-/* Writes the balance. With fence > 0 the write is fenced: refused (returns
- * 1) unless fence is at least the newest token the account has accepted. */
-static int acct_write(account *a, long long balance, long long fence) {
-  char sql[256];
-  long long changed = 0;
-  snprintf(sql, sizeof sql,
-           "UPDATE dblock_bank_account SET balance = %lld, last_fence = %lld "
-           "WHERE id = 1 AND last_fence <= %lld",
-           balance, fence, fence);
-  switch (a->kind) {
-#if DBLOCK_WITH_SQLITE
-  case 's':
-    if (sqlite3_exec(a->lite, sql, NULL, NULL, NULL) != SQLITE_OK) return -1;
-    changed = sqlite3_changes(a->lite);
-    break;
-#endif
-#if DBLOCK_WITH_MYSQL
-  case 'm':
-    if (mysql_real_query(a->my, sql, strlen(sql))) return -1;
-    changed = (long long)mysql_affected_rows(a->my);
-    break;
-#endif
-#if DBLOCK_WITH_PG
-  case 'p': {
-    PGresult *r = PQexec(a->pg, sql);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (ok) changed = atoll(PQcmdTuples(r));
-    PQclear(r);
-    if (!ok) return -1;
-    break;
-  }
-#endif
-  default:
-    return -1;
-  }
-  /* MySQL reports 0 changed rows when the values are the same; the demo's
-   * writes always change the balance, so 0 means refused. */
-  return changed == 1 ? 0 : 1;
-}
-
-/* Where the account lives: the same database as the locks, except on
- * SQLite, where a for_update lock holds the whole file's write lock and
- * the account therefore needs a file of its own (see README: limits). */
-static const char *account_url(const char *url) {
-  static char buf[1100];
-  if (strncmp(url, "sqlite://", 9) != 0) return url;
-  snprintf(buf, sizeof buf, "%s-account", url);
-  return buf;
-}
-
-static int acct_reset(const char *url) {
-  account a;
-  int rc;
-  if (acct_open(&a, account_url(url)) != 0) return -1;
-  rc = acct_script(&a, a.kind == 's' ? bank_sql_sqlite
-                       : a.kind == 'm' ? bank_sql_mysql : bank_sql_postgres);
-  if (rc) fprintf(stderr, "%s: cannot create the demo account table\n", prog);
-  acct_close(&a);
-  return rc;
-}
 
 /* ---- One withdrawal (a child process) ---------------------------------- */
 
 enum { W_DONE = 0, W_REFUSED = 1, W_ERROR = 2, W_STALE = 3 };
 
+/* Sleeps ms milliseconds, whatever signals come. */
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -330,7 +63,7 @@ static int withdraw(const char *url, int strategy, long long amount, int think_m
   long long bal;
   char go;
   int rc = W_ERROR, e;
-  if (acct_open(&a, account_url(url)) != 0) return W_ERROR;
+  if (acct_open(&a, acct_url(url)) != 0) return W_ERROR;
   if (strategy) {
     o.strategy = (dblock_strategy)strategy;
     if ((e = dblock_client_open(&c, url, &o)) != 0) {
@@ -364,6 +97,7 @@ typedef struct tally {
   int nfinals;
 } tally;
 
+/* Counts one round's final balance v (up to 8 distinct values). */
 static void note_final(tally *t, long long v) {
   for (int i = 0; i < t->nfinals; i++)
     if (t->final_vals[i] == v) {
@@ -405,7 +139,7 @@ static int round_once(const char *url, int strategy, int think_ms, tally *t) {
     }
     if (status[i] == W_ERROR) t->errors++;
   }
-  if (acct_open(&a, account_url(url)) != 0 || acct_read(&a, &bal) != 0) return -1;
+  if (acct_open(&a, acct_url(url)) != 0 || acct_read(&a, &bal) != 0) return -1;
   acct_close(&a);
   t->rounds++;
   note_final(t, bal);
@@ -417,10 +151,6 @@ static int round_once(const char *url, int strategy, int think_ms, tally *t) {
 
 /* ---- Fencing ----------------------------------------------------------- */
 
-/* A holds with a short explicit lease and stalls past it; B takes over and
- * writes with its token; A wakes and writes with its old token. Returns 1
- * if the account refused A's stale write, 0 if it accepted it, -1 on
- * error. */
 /* The log hook of the fencing round: A loses its lock there on purpose
  * (that is the demonstration), and the table says what happened; the
  * library's "lock lost" warning would only interrupt the output. */
@@ -428,6 +158,10 @@ static void quiet_log(int level, const char *msg, void *arg) {
   (void)level, (void)msg, (void)arg;
 }
 
+/* A holds with a short explicit lease and stalls past it; B takes over and
+ * writes with its token; A wakes and writes with its old token. Returns 1
+ * if the account refused A's stale write, 0 if it accepted it, -1 on
+ * error. */
 static int fencing(const char *url, int strategy, long long *fa, long long *fb) {
   dblock_client *ca = NULL, *cb = NULL;
   dblock_lock *la = NULL, *lb = NULL;
@@ -437,7 +171,7 @@ static int fencing(const char *url, int strategy, long long *fa, long long *fb) 
   int res = -1, w;
   o.strategy = (dblock_strategy)strategy;
   o.log = quiet_log;
-  if (acct_reset(url) != 0 || acct_open(&a, account_url(url)) != 0) return -1;
+  if (acct_reset(url) != 0 || acct_open(&a, acct_url(url)) != 0) return -1;
   if ((w = dblock_client_open(&ca, url, &o)) != 0 || (w = dblock_client_open(&cb, url, &o)) != 0) {
     cli_report(prog, "open", NULL, w);
     goto out;
@@ -469,6 +203,7 @@ out:
   return res;
 }
 
+/* Prints the usage and options to f. */
 static void usage(FILE *f) {
   fprintf(f,
           "usage: dblock-bank [--url URL] [--rounds N] [--strategy S|all] [--think MS]\n"
@@ -483,6 +218,9 @@ static void usage(FILE *f) {
           "      1 database error, 2 usage error\n");
 }
 
+/* Migrates the lock table, runs the rounds of each mode and the fencing
+ * round, prints the table and the verdict; exit 0, 5 (CLI_ANOMALY) when a
+ * locked mode showed an anomaly, 1 on a database error, 2 on bad usage. */
 int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"url", required_argument, NULL, 'u'},    {"rounds", required_argument, NULL, 'r'},
