@@ -23,7 +23,9 @@
  * Every process runs in its own process group with a deadline; the per-test
  * teardown kills whatever a failed test left behind (cli_harness.c runs the
  * programs). The lock table is cli_locks, so other suites never see these
- * rows. DBLOCK_TEST_FILTER=GLOB runs only the matching tests.
+ * rows. The tests are registered from the table at the end, per backend
+ * (and strategy) as it says. DBLOCK_TEST_FILTER=GLOB runs only the
+ * matching tests.
  */
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -711,16 +713,14 @@ static void usage_case(int with_url, const char *mention, ...) {
   expect_usage(&c, "dblock", mention);
 }
 
-static void test_usage_unknown_command(void **st) {
-  (void)st;
+static void t_usage_unknown_command(void) {
   usage_case(1, "frobnicate", "frobnicate", NULL);
   usage_case(1, "frobnicate", "frobnicate", "NAME", NULL);
   usage_case(1, "frobnicate", "help", "frobnicate", NULL);
   usage_case(1, NULL, NULL); /* no command at all */
 }
 
-static void test_usage_unknown_option(void **st) {
-  (void)st;
+static void t_usage_unknown_option(void) {
   usage_case(1, "--frobnicate", "--frobnicate", "list", NULL);
   usage_case(1, "--frobnicate", "list", "--frobnicate", NULL);
   usage_case(1, "-x", "-x", "status", "n", NULL);
@@ -730,16 +730,14 @@ static void test_usage_unknown_option(void **st) {
   usage_case(1, "abc", "-E", "abc", "run", "n", "--", "true", NULL);
 }
 
-static void test_usage_missing_name(void **st) {
-  (void)st;
+static void t_usage_missing_name(void) {
   usage_case(1, NULL, "status", NULL);
   usage_case(1, NULL, "force-unlock", NULL);
   usage_case(1, NULL, "acquire", NULL);
   usage_case(1, NULL, "run", "--", "sh", "-c", "exit 0", NULL);
 }
 
-static void test_usage_run_without_dashdash(void **st) {
-  (void)st;
+static void t_usage_run_without_dashdash(void) {
   const char *ran = tpath("ran");
   usage_case(1, "--", "run", "n", "touch", ran, NULL);
   usage_case(1, "--", "run", "n", NULL);
@@ -747,8 +745,7 @@ static void test_usage_run_without_dashdash(void **st) {
   if (exists(ran)) fail_msg("a usage error ran the command");
 }
 
-static void test_usage_bad_duration(void **st) {
-  (void)st;
+static void t_usage_bad_duration(void) {
   usage_case(1, "10parsecs", "--lease", "10parsecs", "run", "n", "--", "true", NULL);
   usage_case(1, "abc", "run", "n", "--wait", "abc", "--", "true", NULL);
   usage_case(1, "--wait", "acquire", "n", "--wait", "", NULL);
@@ -757,15 +754,13 @@ static void test_usage_bad_duration(void **st) {
   usage_case(1, "xyz", "run", "n", "--kill-after", "xyz", "--", "true", NULL);
 }
 
-static void test_usage_bad_strategy(void **st) {
-  (void)st;
+static void t_usage_bad_strategy(void) {
   usage_case(1, "mutex", "--strategy", "mutex", "run", "n", "--", "true", NULL);
   usage_case(1, "mutex", "status", "n", "--strategy", "mutex", NULL);
   usage_case(1, "strategy", "--strategy", "", "list", NULL);
 }
 
-static void test_usage_no_url(void **st) {
-  (void)st;
+static void t_usage_no_url(void) {
   const char *ran = tpath("ran");
   if (getenv("DBLOCK_URL")) fail_msg("DBLOCK_URL should have been unset by main()");
   usage_case(0, "URL", "list", NULL);
@@ -776,8 +771,7 @@ static void test_usage_no_url(void **st) {
   if (exists(ran)) fail_msg("run without a URL ran the command");
 }
 
-static void test_usage_bad_url(void **st) {
-  (void)st;
+static void t_usage_bad_url(void) {
   usage_case(0, "bogus", "--url", "bogus://x", "list", NULL);
   usage_case(0, "port", "--url", "postgres://u:pw@127.0.0.1:notaport/db", "list", NULL);
   usage_case(0, "port", "--url", "mysql://u@127.0.0.1:99999/db", "status", "n", NULL);
@@ -983,8 +977,7 @@ static void reaper_usage(const char *mention, ...) {
   expect_usage(&c, "dblock-reaper", mention);
 }
 
-static void test_reaper_bad_url(void **st) {
-  (void)st;
+static void t_reaper_bad_url(void) {
   reaper_usage("bogus", "--once", "--url", "bogus://x", NULL);
   reaper_usage("port", "--once", "--url", "postgres://u:pw@127.0.0.1:notaport/db", NULL);
   reaper_usage("port", "--once", "--url", "mysql://u@127.0.0.1:99999/db", NULL);
@@ -992,8 +985,7 @@ static void test_reaper_bad_url(void **st) {
   reaper_usage("URL", "--once", NULL); /* none at all (DBLOCK_URL unset) */
 }
 
-static void test_reaper_needs_once_or_every(void **st) {
-  (void)st;
+static void t_reaper_needs_once_or_every(void) {
   const char *url = lite_url();
   reaper_usage(NULL, "--url", url, NULL);
   reaper_usage(NULL, "--url", url, "--once", "--every", "1s", NULL);
@@ -1035,8 +1027,7 @@ static void t_reaper_every_stops(const char *be, int sig) {
 /* json-c in strict mode, plus the checks it leaves out (json_c_leaves_out
  * in cli_harness.c): the cases after "json-c lets through" are the ones
  * json-c 0.16 alone accepts. */
-static void test_json_checker(void **st) {
-  (void)st;
+static void t_json_checker(void) {
   static const char *const good[] = {
       "{}", "[]", " [ ] ", "0", "-0.5e+3", "\"\"", "null", "true",
       "[1,-2,3.25,1e9,true,false,null,\"x\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\"]",
@@ -1073,150 +1064,112 @@ static void test_json_checker(void **st) {
   }
 }
 
-/* ---- the test list ------------------------------------------------------ */
+static void t_reaper_every_SIGTERM(const char *be) { t_reaper_every_stops(be, SIGTERM); }
+static void t_reaper_every_SIGINT(const char *be) { t_reaper_every_stops(be, SIGINT); }
 
-#define PER_BACKEND(fn)                                                  \
-  static void test_##fn##_sqlite(void **s) { (void)s; t_##fn("sqlite"); }     \
-  static void test_##fn##_postgres(void **s) { (void)s; t_##fn("postgres"); } \
-  static void test_##fn##_mysql(void **s) { (void)s; t_##fn("mysql"); }
+/* ---- the test table ----------------------------------------------------- */
 
-#define PER_SERVER(fn)                                                        \
-  static void test_##fn##_postgres(void **s) { (void)s; t_##fn("postgres"); } \
-  static void test_##fn##_mysql(void **s) { (void)s; t_##fn("mysql"); }
+/* The backends a test runs on, in this order. */
+static const char *const BACKENDS[] = {"sqlite", "postgres", "mysql"};
+enum { SQLITE = 1, POSTGRES = 2, MYSQL = 4, SERVERS = POSTGRES | MYSQL, ALL = 7 };
 
-#define PER_BACKEND_STRATEGY(fn, be)                                                  \
-  static void test_##fn##_##be##_insert(void **s) { (void)s; t_##fn(#be, "insert"); }         \
-  static void test_##fn##_##be##_optimistic(void **s) { (void)s; t_##fn(#be, "optimistic"); } \
-  static void test_##fn##_##be##_for_update(void **s) { (void)s; t_##fn(#be, "for_update"); }
+/* One row: a test run once (test_NAME), once per backend in `on`
+ * (test_NAME_BACKEND), or per backend and strategy
+ * (test_NAME_BACKEND_STRATEGY). */
+typedef struct cli_test {
+  const char *name;
+  void (*once)(void);
+  void (*per_backend)(const char *be);
+  void (*per_strategy)(const char *be, const char *st);
+  unsigned on;
+} cli_test;
 
-PER_BACKEND(migrate)
-PER_BACKEND(no_overlap)
-PER_BACKEND(busy)
-PER_BACKEND(list_json)
-PER_BACKEND(doctor)
-PER_BACKEND(acquire_idiom)
-PER_BACKEND_STRATEGY(keeps_lock, sqlite)
-PER_BACKEND_STRATEGY(keeps_lock, postgres)
-PER_BACKEND_STRATEGY(keeps_lock, mysql)
-PER_BACKEND_STRATEGY(force_unlock, sqlite)
-PER_BACKEND_STRATEGY(force_unlock, postgres)
-PER_BACKEND_STRATEGY(force_unlock, mysql)
-PER_BACKEND(run_group_lost)
-PER_BACKEND(run_supervisor_killed)
-PER_BACKEND(run_wait_interrupted)
-PER_BACKEND(min_hold)
-PER_BACKEND(stats)
-PER_BACKEND(baseline)
-PER_BACKEND(forget)
-PER_SERVER(run_no_socket)
-PER_BACKEND(reaper_once)
-PER_BACKEND(reaper_missing_schema)
-PER_BACKEND(reaper_unreachable)
+#define ONCE(fn) {#fn, t_##fn, NULL, NULL, 0}
+#define EACH(fn, on) {#fn, NULL, t_##fn, NULL, on}
+#define EACH_STRATEGY(fn) {#fn, NULL, NULL, t_##fn, ALL}
 
-PER_SERVER(reaper_permission)
-PER_SERVER(reaper_for_update_held)
-#define EVERY_STOPS(be, sig)                                  \
-  static void test_reaper_every_##sig##_##be(void **s) {      \
-    (void)s;                                                  \
-    t_reaper_every_stops(#be, sig);                           \
-  }
-EVERY_STOPS(sqlite, SIGTERM)
-EVERY_STOPS(postgres, SIGTERM)
-EVERY_STOPS(mysql, SIGTERM)
-EVERY_STOPS(sqlite, SIGINT)
+static const cli_test TESTS[] = {
+    ONCE(json_checker),
+    EACH(migrate, ALL),
+    EACH(no_overlap, ALL),
+    EACH(busy, ALL),
+    EACH_STRATEGY(keeps_lock),
+    EACH_STRATEGY(force_unlock),
+    EACH(run_group_lost, ALL),
+    EACH(run_supervisor_killed, ALL),
+    EACH(run_wait_interrupted, ALL),
+    EACH(min_hold, ALL),
+    EACH(stats, ALL),
+    EACH(baseline, ALL),
+    EACH(forget, ALL),
+    EACH(run_no_socket, SERVERS),
+    EACH(list_json, ALL),
+    EACH(doctor, ALL),
+    EACH(acquire_idiom, ALL),
+    ONCE(usage_unknown_command),
+    ONCE(usage_unknown_option),
+    ONCE(usage_missing_name),
+    ONCE(usage_run_without_dashdash),
+    ONCE(usage_bad_duration),
+    ONCE(usage_bad_strategy),
+    ONCE(usage_no_url),
+    ONCE(usage_bad_url),
+    EACH(reaper_once, ALL),
+    EACH(reaper_for_update_held, SERVERS),
+    EACH(reaper_missing_schema, ALL),
+    EACH(reaper_unreachable, ALL),
+    EACH(reaper_permission, SERVERS),
+    ONCE(reaper_bad_url),
+    ONCE(reaper_needs_once_or_every),
+    EACH(reaper_every_SIGTERM, ALL),
+    EACH(reaper_every_SIGINT, SQLITE),
+};
 
-#define T(f) cmocka_unit_test_teardown(f, cli_teardown)
+/* What one registered cmocka test runs (its initial state). */
+typedef struct cli_case {
+  const cli_test *t;
+  const char *be, *st;
+  char name[64];
+} cli_case;
+
+static void run_case(void **state) {
+  const cli_case *c = *state;
+  if (c->t->per_strategy) c->t->per_strategy(c->be, c->st);
+  else if (c->t->per_backend) c->t->per_backend(c->be);
+  else c->t->once();
+}
+
+#define MAX_CASES 128
 
 int main(void) {
-  const struct CMUnitTest tests[] = {
-      T(test_json_checker),
-      T(test_migrate_sqlite),
-      T(test_migrate_postgres),
-      T(test_migrate_mysql),
-      T(test_no_overlap_sqlite),
-      T(test_no_overlap_postgres),
-      T(test_no_overlap_mysql),
-      T(test_busy_sqlite),
-      T(test_busy_postgres),
-      T(test_busy_mysql),
-      T(test_keeps_lock_sqlite_insert),
-      T(test_keeps_lock_sqlite_optimistic),
-      T(test_keeps_lock_sqlite_for_update),
-      T(test_keeps_lock_postgres_insert),
-      T(test_keeps_lock_postgres_optimistic),
-      T(test_keeps_lock_postgres_for_update),
-      T(test_keeps_lock_mysql_insert),
-      T(test_keeps_lock_mysql_optimistic),
-      T(test_keeps_lock_mysql_for_update),
-      T(test_force_unlock_sqlite_insert),
-      T(test_force_unlock_sqlite_optimistic),
-      T(test_force_unlock_sqlite_for_update),
-      T(test_force_unlock_postgres_insert),
-      T(test_force_unlock_postgres_optimistic),
-      T(test_force_unlock_postgres_for_update),
-      T(test_force_unlock_mysql_insert),
-      T(test_force_unlock_mysql_optimistic),
-      T(test_force_unlock_mysql_for_update),
-      T(test_run_group_lost_sqlite),
-      T(test_run_group_lost_postgres),
-      T(test_run_group_lost_mysql),
-      T(test_run_supervisor_killed_sqlite),
-      T(test_run_supervisor_killed_postgres),
-      T(test_run_supervisor_killed_mysql),
-      T(test_run_wait_interrupted_sqlite),
-      T(test_run_wait_interrupted_postgres),
-      T(test_run_wait_interrupted_mysql),
-      T(test_min_hold_sqlite),
-      T(test_min_hold_postgres),
-      T(test_min_hold_mysql),
-      T(test_stats_sqlite),
-      T(test_stats_postgres),
-      T(test_stats_mysql),
-      T(test_baseline_sqlite),
-      T(test_baseline_postgres),
-      T(test_baseline_mysql),
-      T(test_forget_sqlite),
-      T(test_forget_postgres),
-      T(test_forget_mysql),
-      T(test_run_no_socket_postgres),
-      T(test_run_no_socket_mysql),
-      T(test_list_json_sqlite),
-      T(test_list_json_postgres),
-      T(test_list_json_mysql),
-      T(test_doctor_sqlite),
-      T(test_doctor_postgres),
-      T(test_doctor_mysql),
-      T(test_acquire_idiom_sqlite),
-      T(test_acquire_idiom_postgres),
-      T(test_acquire_idiom_mysql),
-      T(test_usage_unknown_command),
-      T(test_usage_unknown_option),
-      T(test_usage_missing_name),
-      T(test_usage_run_without_dashdash),
-      T(test_usage_bad_duration),
-      T(test_usage_bad_strategy),
-      T(test_usage_no_url),
-      T(test_usage_bad_url),
-      T(test_reaper_once_sqlite),
-      T(test_reaper_once_postgres),
-      T(test_reaper_once_mysql),
-      T(test_reaper_for_update_held_postgres),
-      T(test_reaper_for_update_held_mysql),
-      T(test_reaper_missing_schema_sqlite),
-      T(test_reaper_missing_schema_postgres),
-      T(test_reaper_missing_schema_mysql),
-      T(test_reaper_unreachable_sqlite),
-      T(test_reaper_unreachable_postgres),
-      T(test_reaper_unreachable_mysql),
-      T(test_reaper_permission_postgres),
-      T(test_reaper_permission_mysql),
-      T(test_reaper_bad_url),
-      T(test_reaper_needs_once_or_every),
-      T(test_reaper_every_SIGTERM_sqlite),
-      T(test_reaper_every_SIGTERM_postgres),
-      T(test_reaper_every_SIGTERM_mysql),
-      T(test_reaper_every_SIGINT_sqlite),
-  };
+  static cli_case cases[MAX_CASES];
+  size_t n = 0;
   if (cli_init() != 0) return 1;
-  return cmocka_run_group_tests_name("cli", tests, cli_group_setup, cli_group_teardown);
+  for (size_t i = 0; i < sizeof TESTS / sizeof TESTS[0]; i++) {
+    const cli_test *t = &TESTS[i];
+    for (int be = 0; be < 3; be++) {
+      if (t->once ? be > 0 : !(t->on & (1u << be))) continue;
+      for (int st = 0; st < (t->per_strategy ? NSTRATEGIES : 1); st++) {
+        cli_case *c = &cases[n];
+        if (n == MAX_CASES) {
+          fprintf(stderr, "test_cli: more than %d tests: raise MAX_CASES\n", MAX_CASES);
+          return 1;
+        }
+        c->t = t;
+        c->be = t->once ? NULL : BACKENDS[be];
+        c->st = t->per_strategy ? STRATEGIES[st] : NULL;
+        if (t->once) snprintf(c->name, sizeof c->name, "test_%s", t->name);
+        else if (!c->st) snprintf(c->name, sizeof c->name, "test_%s_%s", t->name, c->be);
+        else snprintf(c->name, sizeof c->name, "test_%s_%s_%s", t->name, c->be, c->st);
+        n++;
+      }
+    }
+  }
+  {
+    struct CMUnitTest tests[n];
+    for (size_t k = 0; k < n; k++)
+      tests[k] = (struct CMUnitTest){.name = cases[k].name, .test_func = run_case,
+                                     .teardown_func = cli_teardown, .initial_state = &cases[k]};
+    return cmocka_run_group_tests_name("cli", tests, cli_group_setup, cli_group_teardown);
+  }
 }
