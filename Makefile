@@ -153,6 +153,12 @@ $(B)/dblock-bank: $(BANK_SRC) src/tools/bank_account.h src/tools/cli.h $(B)/bank
 TEST_CFLAGS := $(PROG_CFLAGS) -Isrc -Itests
 $(B)/test_%: tests/test_%.c tests/testutil.h tests/testutil.c $(B)/libdblock.a
 	$(CC) $(TEST_CFLAGS) -o $@ $< tests/testutil.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS) -lcmocka
+# test_cli runs the programs through tests/cli_harness.c and reads their
+# JSON with json-c.
+$(B)/test_cli: tests/test_cli.c tests/cli_harness.h tests/cli_harness.c tests/testutil.h tests/testutil.c \
+		$(B)/libdblock.a
+	$(CC) $(TEST_CFLAGS) -o $@ $< tests/cli_harness.c tests/testutil.c $(B)/libdblock.a $(ALL_LDFLAGS) \
+	  $(LDLIBS) -ljson-c -lcmocka
 $(B)/lockhelper: tests/lockhelper.c $(B)/libdblock.a
 	$(CC) $(PROG_CFLAGS) -o $@ $< $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 
