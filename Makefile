@@ -57,16 +57,18 @@ WARN      := -Wall -Wextra -Wstrict-prototypes -Wwrite-strings -Wshadow \
 SANFLAGS_asan := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 SANFLAGS_tsan := -fsanitize=thread -fno-omit-frame-pointer
 SANFLAGS  := $(SANFLAGS_$(SAN))
+# (the sanitizer trees also assert "caller holds the client mutex": sync.c)
+CHECKFLAGS := $(if $(SAN),-DDBL_CHECK_LOCKS)
 OPT       := $(if $(SAN),-O1 -g,-O2 -g)
 CFLAGS    ?=
 CPPFLAGS  ?=
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(OPT) $(WARN) $(SANFLAGS) -Iinclude -Isrc \
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(OPT) $(WARN) $(SANFLAGS) $(CHECKFLAGS) -Iinclude -Isrc \
               $(BACKEND_FLAGS) $(PG_CFLAGS) $(MY_CFLAGS) $(CPPFLAGS) $(CFLAGS)
 LDLIBS    := $(PG_LIBS) $(MY_LIBS) $(LITE_LIBS) -lpthread
 ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
 LIB_SRC   := src/core/client.c src/core/error.c src/core/url.c src/core/lock.c \
-             src/core/watchdog.c src/core/admin.c src/core/migrate.c src/core/doctor.c src/core/cancel.c src/core/stats.c \
+             src/core/watchdog.c src/core/admin.c src/core/migrate.c src/core/doctor.c src/core/cancel.c src/core/stats.c src/core/sync.c \
              src/drivers/driver.c src/drivers/topology.c \
              $(if $(filter 1,$(WITH_PG)),src/drivers/pg.c) $(if $(filter 1,$(WITH_MYSQL)),src/drivers/mysql.c) \
              $(if $(filter 1,$(WITH_SQLITE)),src/drivers/sqlite.c) \

@@ -299,17 +299,17 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
 
 static void *reaper_main(void *arg) {
   dblock_client *cl = arg;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   while (!cl->closing) {
     int64_t at = dbl_mono_ms() + cl->opts.reaper_interval_ms;
     struct timespec ts = {.tv_sec = at / 1000, .tv_nsec = (at % 1000) * 1000000};
-    while (!cl->closing && dbl_mono_ms() < at) pthread_cond_timedwait(&cl->wake, &cl->mu, &ts);
+    while (!cl->closing && dbl_mono_ms() < at) dbl_timedwait(cl, &cl->reaper_wake, &ts);
     if (cl->closing) break;
-    pthread_mutex_unlock(&cl->mu);
+    dbl_unlock(cl);
     dblock_reap(cl, cl->opts.reaper_grace_ms, 1000, NULL);
-    pthread_mutex_lock(&cl->mu);
+    dbl_lock(cl);
   }
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   return NULL;
 }
 

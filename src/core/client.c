@@ -265,12 +265,12 @@ static int pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
     free(pc);
     return rc;
   }
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   if (cl->nall == cl->capall) {
     int cap = cl->capall ? cl->capall * 2 : 16;
     dbl_pconn **all = realloc(cl->all, (size_t)cap * sizeof *all);
     if (!all) {
-      pthread_mutex_unlock(&cl->mu);
+      dbl_unlock(cl);
       cl->drv->close(pc->c);
       free(pc);
       return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
@@ -279,7 +279,7 @@ static int pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
     cl->capall = cap;
   }
   cl->all[cl->nall++] = pc;
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   DBL_COUNT(cl, connects);
   if (atomic_exchange(&cl->reconnect_note, 0))
     dbl_log(cl, DBLOCK_LOG_INFO, "reconnected to %s after a lost connection", cl->url.redacted);
@@ -293,10 +293,10 @@ static int pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
 static void pool_close(dblock_client *cl, dbl_pconn *pc) {
   dbl_pconn *stale = NULL;
   int closing, cut;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   closing = cl->closing;
   cut = pc->interrupted;
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   /* (dblock_client_free cuts what is in flight: not a failure to tell.) */
   if (!closing && (cl->drv->broken(pc->c) || cut)) {
     DBL_COUNT(cl, disconnects);
@@ -307,7 +307,7 @@ static void pool_close(dblock_client *cl, dbl_pconn *pc) {
               cl->url.redacted);
   }
   if (cl->drv->broken(pc->c)) {
-    pthread_mutex_lock(&cl->mu);
+    dbl_lock(cl);
     stale = cl->idle;
     cl->idle = NULL;
     cl->nidle = 0;
@@ -318,7 +318,7 @@ static void pool_close(dblock_client *cl, dbl_pconn *pc) {
     }
     cl->txn_idle = NULL;
     cl->ntxn_idle = 0;
-    pthread_mutex_unlock(&cl->mu);
+    dbl_unlock(cl);
   }
   for (dbl_pconn *next; stale; stale = next) {
     next = stale->next;
@@ -330,14 +330,14 @@ static void pool_close(dblock_client *cl, dbl_pconn *pc) {
 /* Removes pc from cl->all (under mu: from then on the watchdog cannot
  * touch it) and closes it. */
 static void pool_close_one(dblock_client *cl, dbl_pconn *pc) {
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   for (int i = 0; i < cl->nall; i++)
     if (cl->all[i] == pc) {
       cl->trips_closed += cl->drv->round_trips(pc->c);
       cl->all[i] = cl->all[--cl->nall];
       break;
     }
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   cl->drv->close(pc->c);
   free(pc);
 }
@@ -357,14 +357,14 @@ static int pool_take_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t dea
                        "called from this client's own on_lost or log callback, where it could "
                        "wait for the thread running the callback: note the event and act on it "
                        "from another thread");
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   closing = cl->closing;
   if (*list && !closing) {
     pc = *list;
     *list = pc->next;
     (*count)--;
   }
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   if (closing) return dbl_err_set(e, DBLOCK_ECONN, "", 0, "the client is being closed");
   if (pc && cl->drv->idle_alive && !cl->drv->idle_alive(pc->c)) {
     pool_close(cl, pc); /* closed by the server: so are its idle siblings */
@@ -404,7 +404,7 @@ void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
   if (!pc) return;
   dbl_pconn **list = pc->txn ? &cl->txn_idle : &cl->idle;
   int *count = pc->txn ? &cl->ntxn_idle : &cl->nidle;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   pc->call_deadline_ms = 0;
   keep = !pc->interrupted && !cl->drv->broken(pc->c) && *count < cl->opts.pool_size &&
          !cl->closing;
@@ -413,7 +413,7 @@ void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
     *list = pc;
     (*count)++;
   }
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   if (!keep) pool_close(cl, pc);
 }
 
@@ -431,6 +431,7 @@ void dbl_pool_return(dblock_client *cl, dbl_pconn *pc, int rc) {
 }
 
 void dbl_cut_locked(dblock_client *cl, dbl_pconn *pc) {
+  dbl_assert_held(cl);
   if (pc->interrupted || !cl->drv->interrupt) return;
   pc->interrupted = 1;
   cl->drv->interrupt(pc->c);
@@ -438,7 +439,7 @@ void dbl_cut_locked(dblock_client *cl, dbl_pconn *pc) {
 
 void dbl_call_bound(dblock_client *cl, dbl_pconn *pc, int64_t deadline_ms) {
   if (deadline_ms <= 0) deadline_ms = dbl_mono_ms() + cl->opts.call_timeout_ms;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   pc->call_deadline_ms = deadline_ms;
   /* Closing: a call that starts now is cut at once (client_free has cut
    * the ones before), so nothing it joins can be stuck on the network. */
@@ -448,16 +449,16 @@ void dbl_call_bound(dblock_client *cl, dbl_pconn *pc, int64_t deadline_ms) {
    * most a second when idle, so wake it only when this bound comes before
    * its planned wake-up. */
   if (!cl->watchdog_started) dbl_watchdog_start_locked(cl);
-  else if (cl->wd_wake_ms > deadline_ms) pthread_cond_broadcast(&cl->wake);
-  pthread_mutex_unlock(&cl->mu);
+  else if (cl->wd_wake_ms > deadline_ms) dbl_signal(&cl->wake, 1);
+  dbl_unlock(cl);
 }
 
 int dbl_call_end(dblock_client *cl, dbl_pconn *pc) {
   int cut;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   pc->call_deadline_ms = 0;
   cut = pc->interrupted;
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   return cut;
 }
 
@@ -467,9 +468,9 @@ int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e) {
    * session — dbl_call_end says so), and a loss stays a loss: only a failed
    * call needs a look, off the hot path. */
   if (rc == 0 || rc == DBLOCK_ELOST) return rc;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   cut = pc->interrupted;
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   if (!cut) return rc;
   return dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
                      "no answer from the server in time (stalled network or server?); "
@@ -477,6 +478,7 @@ int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e) {
 }
 
 void dbl_interrupt_all(dblock_client *cl) {
+  dbl_assert_held(cl);
   for (int i = 0; i < cl->nall; i++)
     if (cl->all[i]->call_deadline_ms) dbl_cut_locked(cl, cl->all[i]);
 }
@@ -485,10 +487,10 @@ uint64_t dblock_client_round_trips(const dblock_client *cl) {
   uint64_t n;
   dblock_client *m = (dblock_client *)cl;
   if (!cl) return 0;
-  pthread_mutex_lock(&m->mu);
+  dbl_lock(m);
   n = m->trips_closed;
   for (int i = 0; i < m->nall; i++) n += m->drv->round_trips(m->all[i]->c);
-  pthread_mutex_unlock(&m->mu);
+  dbl_unlock(m);
   return n;
 }
 
@@ -634,7 +636,7 @@ int dblock_client_open(dblock_client **out, const char *url,
   *out = NULL;
   if (!url) url = getenv("DBLOCK_URL");
   if (!(cl = calloc(1, sizeof *cl))) return dbl_failf(NULL, DBLOCK_ENOMEM, "out of memory");
-  pthread_mutex_init(&cl->mu, NULL);
+  dbl_mutex_init(cl);
   {
     /* Timed waits (watchdog, reaper) measure by the monotonic clock, so a
      * wall-clock jump neither stalls nor rushes a renewal. */
@@ -643,6 +645,7 @@ int dblock_client_open(dblock_client **out, const char *url,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&cl->cv, &ca);
     pthread_cond_init(&cl->wake, &ca);
+    pthread_cond_init(&cl->reaper_wake, &ca);
     pthread_cond_init(&cl->work, &ca);
     pthread_condattr_destroy(&ca);
   }
@@ -702,15 +705,16 @@ void dblock_client_free(dblock_client *cl) {
   if (!cl) return;
   /* From its own callback it would join the thread running it. */
   if (dbl_callback_guard(cl) != 0) return;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   cl->closing = 1;
   /* Renewals and reaper passes still talking to the server end now, so
    * closing never waits for an unreachable server. */
   dbl_interrupt_all(cl);
-  pthread_cond_broadcast(&cl->cv);
-  pthread_cond_broadcast(&cl->wake);
-  pthread_cond_broadcast(&cl->work);
-  pthread_mutex_unlock(&cl->mu);
+  dbl_signal(&cl->cv, 1);
+  dbl_signal(&cl->wake, 1);
+  dbl_signal(&cl->reaper_wake, 1);
+  dbl_signal(&cl->work, 1);
+  dbl_unlock(cl);
   /* Their calls in flight were cut above, and any they start now is cut
    * at once (dbl_call_bound): the joins cannot wait on the network. */
   for (int i = 0; i < cl->nworkers; i++) pthread_join(cl->workers[i], NULL);
@@ -735,6 +739,7 @@ void dblock_client_free(dblock_client *cl) {
   free(cl->all);
   pthread_cond_destroy(&cl->cv);
   pthread_cond_destroy(&cl->wake);
+  pthread_cond_destroy(&cl->reaper_wake);
   pthread_cond_destroy(&cl->work);
   pthread_mutex_destroy(&cl->mu);
   free(cl);

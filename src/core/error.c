@@ -43,9 +43,10 @@ int dblock_last_error(dblock_error_info *out) {
 
 int dblock_client_last_error(const dblock_client *cl, dblock_error_info *out) {
   if (!cl || !out) return DBLOCK_EINVAL;
-  pthread_mutex_lock((pthread_mutex_t *)&cl->mu);
+  /* (the mutex is state, not the client's value: a const client locks) */
+  dbl_lock((dblock_client *)cl);
   *out = cl->last;
-  pthread_mutex_unlock((pthread_mutex_t *)&cl->mu);
+  dbl_unlock((dblock_client *)cl);
   return 0;
 }
 
@@ -59,9 +60,9 @@ int dbl_fail(dblock_client *cl, const dbl_err *e) {
            e->msg[0] ? e->msg : dblock_strerror(e->code));
   tls_last = info;
   if (cl) {
-    pthread_mutex_lock(&cl->mu);
+    dbl_lock(cl);
     cl->last = info;
-    pthread_mutex_unlock(&cl->mu);
+    dbl_unlock(cl);
   }
   return e->code;
 }

@@ -5,9 +5,11 @@
 #ifndef DBLOCK_INTERNAL_H
 #define DBLOCK_INTERNAL_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "../drivers/driver.h"
 #include "../strategies/strategy.h"
@@ -80,9 +82,13 @@ struct dblock_client {
   int64_t pid;
   char token[33];
 
-  pthread_mutex_t mu;
+  pthread_mutex_t mu;    /* take with dbl_lock (sync.c), never directly */
+  atomic_llong mu_holder; /* thread id holding mu, 0 if none (for the
+                             "caller holds mu" assertions) */
   pthread_cond_t cv;     /* a held entry stopped being busy (claim/unclaim) */
-  pthread_cond_t wake;   /* watchdog / reaper wake-ups: closing, new lock due */
+  pthread_cond_t wake;   /* the watchdog's wake-ups: closing, a lock or a
+                            call due sooner than it planned */
+  pthread_cond_t reaper_wake; /* the reaper thread's: closing */
   int64_t wd_wake_ms;    /* monotonic: when the watchdog plans to wake next */
   dbl_pconn *idle;       /* idle connections */
   int nidle;
@@ -218,6 +224,21 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
 int64_t dbl_mono_ms(void);
 /* The calling thread's id, as stored in owner_thread. */
 int64_t dbl_thread_id(void);
+
+/* The client mutex (sync.c): checked calls; in the sanitizer builds
+ * (DBL_CHECK_LOCKS) error-checking, with "caller holds mu" asserted by
+ * dbl_assert_held. */
+void dbl_mutex_init(dblock_client *cl);
+void dbl_lock(dblock_client *cl);
+void dbl_unlock(dblock_client *cl);
+void dbl_wait(dblock_client *cl, pthread_cond_t *cv);
+void dbl_timedwait(dblock_client *cl, pthread_cond_t *cv, const struct timespec *at);
+void dbl_signal(pthread_cond_t *cv, int all);
+#ifdef DBL_CHECK_LOCKS
+void dbl_assert_held(const dblock_client *cl);
+#else
+#define dbl_assert_held(cl) ((void)(cl))
+#endif
 /* Checks a lock name (1..255 bytes of valid UTF-8). */
 int dbl_check_name(dblock_client *cl, const char *name);
 

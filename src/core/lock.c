@@ -32,18 +32,18 @@ static uint64_t name_hash(const char *s, size_t n) {
 static int64_t hint_get(dblock_client *cl, uint64_t hash) {
   int64_t v = -1;
   size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   if (cl->vcache[i].hash == hash) v = cl->vcache[i].version;
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   return v;
 }
 
 static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
   size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   cl->vcache[i].hash = version != -1 ? hash : 0; /* (-2: see optimistic.c) */
   cl->vcache[i].version = version;
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
 }
 
 /* The longest piece of a server-side wait that a cancel cannot reach
@@ -68,6 +68,7 @@ static void fresh_entry(struct dbl_held *h, dblock_client *cl, const char *name,
 /* Finds this owner's live entry for name; caller holds cl->mu. */
 static struct dbl_held *find_held(dblock_client *cl, const char *name,
                                   int64_t thread) {
+  dbl_assert_held(cl);
   for (struct dbl_held *h = cl->held; h; h = h->next)
     if (h->thread == thread && !h->lost && strcmp(h->name, name) == 0) return h;
   return NULL;
@@ -76,6 +77,7 @@ static struct dbl_held *find_held(dblock_client *cl, const char *name,
 /* Waits until no renewal or release is in flight on h, then claims it.
  * Caller holds cl->mu. */
 static void claim(dblock_client *cl, struct dbl_held *h) {
+  dbl_assert_held(cl);
   while (h->busy) {
     if (h->queued) {
       /* Claimed by the watchdog for a renewal no worker has started: take
@@ -84,14 +86,14 @@ static void claim(dblock_client *cl, struct dbl_held *h) {
       cl->nqueued--;
       break;
     }
-    pthread_cond_wait(&cl->cv, &cl->mu);
+    dbl_wait(cl, &cl->cv);
   }
   h->busy = 1;
 }
 
 static void unclaim(dblock_client *cl, struct dbl_held *h) {
   h->busy = 0;
-  pthread_cond_broadcast(&cl->cv);
+  dbl_signal(&cl->cv, 1);
 }
 
 /* The longest an attempt's statement may take: the server-side wait it
@@ -180,13 +182,13 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
   if (rc == DBLOCK_ETIMEOUT || rc == DBLOCK_ERETRY) rc = DBLOCK_EBUSY;
   *taken = rc == DBLOCK_EBUSY && op.taken;
   if (rc == 0) {
-    pthread_mutex_lock(&cl->mu);
+    dbl_lock(cl);
     h->fence = op.g.fence;
     h->holds = op.g.holds;
     h->expires_us = op.g.expires_us;
     h->version = op.g.version;
     dbl_set_lease_clock(cl, h, sent);
-    pthread_mutex_unlock(&cl->mu);
+    dbl_unlock(cl);
     if (cl->strat->version_hints) hint_put(cl, hash, h->version);
   } else if (cl->strat->version_hints) {
     hint_put(cl, hash, op.version_hint);
@@ -202,19 +204,22 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
   return rc;
 }
 
-int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
-                        int64_t wait_ms, int64_t lease_ms) {
-  struct dbl_held *h, *mine;
-  dbl_err e;
-  int rc, reentrant = 0, tries = 0, taken = 0;
-  int auto_renew = !cl || !cl->strat->has_lease || lease_ms == 0;
-  int64_t thread = dbl_thread_id(), deadline, now, due, started;
-  int64_t cap_ms;
+/* One acquire call's state, passed between its phases. */
+typedef struct acq {
+  dblock_client *cl;
+  const char *name;
+  int64_t thread, wait_ms, lease_ms, started;
+  int auto_renew, reentrant, tries;
   uint64_t hash;
-  dblock_lock *l;
+  struct dbl_held *h;    /* the scratch entry the attempts fill */
+  struct dbl_held *mine; /* this owner's live entry (a reentrant acquire) */
+  dbl_err e;
+} acq;
 
-  if (!out || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
-  *out = NULL;
+/* Acquire, phase 1: everything that can be refused without touching the
+ * database. 0 or the error (reported). */
+static int acquire_check(dblock_client *cl, const char *name, int64_t lease_ms) {
+  int rc;
   if ((rc = dbl_callback_guard(cl)) != 0) return rc;
   if (cl->opts.read_only) return dbl_read_only(cl);
   if (dbl_cancelled(cl)) {
@@ -226,145 +231,145 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   if (lease_ms < 0) return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms is negative");
   if (lease_ms > 0 && lease_ms < 100)
     return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms must be at least 100");
-  /* Everything that can fail without touching the database comes first,
-   * so that a grant never has to be undone: the handle and the scratch
-   * entry, and the watchdog. */
-  if (!(l = calloc(1, sizeof *l)) || !(h = calloc(1, sizeof *h))) {
-    free(l);
-    return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
-  }
-  l->client = cl;
-  /* Without the watchdog a lease could run out unnoticed and a call could
-   * hang: no grant without it. */
-  if ((rc = dbl_watchdog_start(cl)) != 0) {
-    free(l);
-    free(h);
-    return dbl_failf(cl, rc, "cannot start the watchdog thread");
-  }
-  memset(&e, 0, sizeof e);
-  hash = name_hash(name, strlen(name));
+  return 0;
+}
 
-  pthread_mutex_lock(&cl->mu);
-  mine = find_held(cl, name, thread);
-  if (mine && cl->opts.non_reentrant) {
-    pthread_mutex_unlock(&cl->mu);
-    free(l);
-    free(h);
+/* Acquire, phase 2: the reentrancy registry. Returns 0 to go to the
+ * database (a->mine claimed if this owner holds the name), 1 when the
+ * grant is local (for_update: the transaction already holds the row;
+ * *local gets the entry), or an error (reported). */
+static int acquire_enter(acq *a, struct dbl_held **local) {
+  dblock_client *cl = a->cl;
+  dbl_lock(cl);
+  a->mine = find_held(cl, a->name, a->thread);
+  if (a->mine && cl->opts.non_reentrant) {
+    dbl_unlock(cl);
     return dbl_failf(cl, DBLOCK_EDEADLK,
-                     "this thread already holds '%s' and the client is non-reentrant",
-                     name);
+                     "this thread already holds '%s' and the client is non-reentrant", a->name);
   }
-  if (mine && cl->strat->pins_connection) {
-    /* for_update: the transaction already holds the row; count locally. */
-    mine->holds++;
-    mine->handles++;
-    pthread_mutex_unlock(&cl->mu);
+  if (a->mine && cl->strat->pins_connection) {
+    a->mine->holds++;
+    a->mine->handles++;
+    dbl_unlock(cl);
     DBL_COUNT(cl, grants);
     dbl_count_wait(cl, 0);
-    free(h);
-    l->held = mine;
-    *out = l;
-    return 0;
+    *local = a->mine;
+    return 1;
   }
-  if (mine) {
-    claim(cl, mine);
-    reentrant = 1;
-    *h = *mine; /* the attempt fills this scratch copy */
+  if (a->mine) {
+    claim(cl, a->mine);
+    a->reentrant = 1;
+    *a->h = *a->mine; /* the attempt fills this scratch copy */
   }
-  pthread_mutex_unlock(&cl->mu);
-
+  dbl_unlock(cl);
   /* A reentrant acquire keeps the outer hold's entry (a copy: name,
    * thread, lease and renewal) — its own lease_ms is ignored: an inner call
    * must not turn an explicit 10-minute lease into an unrenewed 30 s one,
    * or the reverse. */
-  if (!reentrant) fresh_entry(h, cl, name, thread, lease_ms, auto_renew);
+  if (!a->reentrant) fresh_entry(a->h, cl, a->name, a->thread, a->lease_ms, a->auto_renew);
+  return 0;
+}
 
-  started = dbl_mono_ms();
-  deadline = wait_ms > 0 ? started + wait_ms : 0;
-  cap_ms = cl->opts.backoff_min_ms;
+/* The reentrant statement found another owner: our outer hold is gone
+ * (expired and taken over, or force-unlocked). Tell it lost now (before
+ * letting go of the claim, so no release can free the entry meanwhile)
+ * and go on as a fresh acquire — never wait with the outer entry claimed,
+ * which would keep the watchdog off it. */
+static void acquire_outer_lost(acq *a) {
+  dblock_client *cl = a->cl;
+  dbl_mark_lost(cl, a->mine);
+  dbl_lock(cl);
+  unclaim(cl, a->mine);
+  dbl_unlock(cl);
+  a->mine = NULL;
+  a->reentrant = 0;
+  a->tries = 0; /* (a fresh acquire: its first attempt says "another strategy") */
+  memset(a->h, 0, sizeof *a->h);
+  fresh_entry(a->h, cl, a->name, a->thread, a->lease_ms, a->auto_renew);
+}
+
+/* Sleeps before the next poll. Full jitter: uniformly in [0.5 ms, *cap],
+ * never past the deadline. The cap doubles from backoff_min, but for the
+ * first FAST_PHASE_MS of a wait it stops at 8 x backoff_min: a waiter that
+ * slept up to backoff_max while the holder released and re-took the name
+ * at once would starve (BENCH.md W2 fairness). Past that, a long wait (a
+ * job holding the lock for minutes) polls gently, up to backoff_max. */
+static void backoff(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
+  dblock_client *cl = a->cl;
+  int64_t us = 500 + (int64_t)(jitter_rand() % (uint64_t)(*cap_ms * 1000));
+  int64_t limit = cl->opts.backoff_max_ms;
+  if (now - a->started < FAST_PHASE_MS && limit > 8 * cl->opts.backoff_min_ms)
+    limit = 8 * cl->opts.backoff_min_ms;
+  if (a->wait_ms > 0 && us > (deadline - now) * 1000) us = (deadline - now) * 1000;
+  if (us > 0) dbl_cancel_sleep(cl, us);
+  *cap_ms = *cap_ms * 2 > limit ? limit : *cap_ms * 2;
+}
+
+/* Acquire, phase 3: attempts until granted, refused or out of time.
+ * Strategies that wait in the server are asked to, in pieces of at most
+ * the call limit (waiting forever too), so each piece's call is bounded;
+ * the others poll with backoff. */
+static int acquire_wait(acq *a) {
+  dblock_client *cl = a->cl;
+  int64_t deadline = a->wait_ms > 0 ? a->started + a->wait_ms : 0, now;
+  int64_t cap_ms = cl->opts.backoff_min_ms;
+  int rc, taken = 0;
   for (;;) {
     int64_t server_wait = 0;
-    if (dbl_cancelled(cl)) {
-      rc = DBLOCK_ECANCELED;
-      break;
-    }
+    if (dbl_cancelled(cl)) return DBLOCK_ECANCELED;
     if (cl->strat->pins_connection) {
-      /* A wait in the server is asked for in pieces of at most the call
-       * limit (waiting forever too), so each piece's call is bounded. */
-      server_wait = wait_ms < 0 ? cl->opts.call_timeout_ms
-                    : wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
-      if (wait_ms > 0 && server_wait < 1) server_wait = 1;
+      server_wait = a->wait_ms < 0 ? cl->opts.call_timeout_ms
+                    : a->wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
+      if (a->wait_ms > 0 && server_wait < 1) server_wait = 1;
       if (server_wait > cl->opts.call_timeout_ms) server_wait = cl->opts.call_timeout_ms;
     }
-    rc = attempt(cl, h, reentrant, tries, server_wait, hash, &taken, &e);
-    tries++;
-    if (rc != DBLOCK_EBUSY) break;
-    if (reentrant && taken) {
-      /* The owner-checked reentrant statement found another owner: our
-       * outer hold is gone (expired and taken over, or force-unlocked).
-       * Tell it lost now (before letting go of the claim, so no release
-       * can free the entry meanwhile) and go on as a fresh acquire — never
-       * wait with the outer entry claimed, which would keep the watchdog
-       * off it. (A lock wait or a deadlock is no such answer: taken 0.) */
-      dbl_mark_lost(cl, mine);
-      pthread_mutex_lock(&cl->mu);
-      unclaim(cl, mine);
-      pthread_mutex_unlock(&cl->mu);
-      mine = NULL;
-      reentrant = 0;
-      tries = 0; /* (a fresh acquire: its first attempt says "another strategy") */
-      memset(h, 0, sizeof *h);
-      fresh_entry(h, cl, name, thread, lease_ms, auto_renew);
+    rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &taken, &a->e);
+    a->tries++;
+    if (rc != DBLOCK_EBUSY) return rc;
+    /* (a lock wait or a deadlock is no "another owner" answer: taken 0) */
+    if (a->reentrant && taken) {
+      acquire_outer_lost(a);
       continue;
     }
-    if (wait_ms == 0) break;
+    if (a->wait_ms == 0) return rc;
     now = dbl_mono_ms();
-    if (wait_ms > 0 && now >= deadline) {
-      rc = DBLOCK_ETIMEOUT;
-      break;
-    }
-    if (!cl->strat->pins_connection) {
-      /* Full jitter: sleep uniformly in [0.5 ms, cap], never past the
-       * deadline. The cap doubles from backoff_min, but for the first
-       * FAST_PHASE_MS of a wait it stops at 8 x backoff_min: a waiter that
-       * slept up to backoff_max while the holder released and re-took the
-       * name at once would starve (BENCH.md W2 fairness). Past that, a long
-       * wait (a job holding the lock for minutes) polls gently, up to
-       * backoff_max. */
-      int64_t us = 500 + (int64_t)(jitter_rand() % (uint64_t)(cap_ms * 1000));
-      int64_t limit = cl->opts.backoff_max_ms;
-      if (now - started < FAST_PHASE_MS && limit > 8 * cl->opts.backoff_min_ms)
-        limit = 8 * cl->opts.backoff_min_ms;
-      if (wait_ms > 0 && us > (deadline - now) * 1000) us = (deadline - now) * 1000;
-      if (us > 0) dbl_cancel_sleep(cl, us);
-      cap_ms = cap_ms * 2 > limit ? limit : cap_ms * 2;
-    }
+    if (a->wait_ms > 0 && now >= deadline) return DBLOCK_ETIMEOUT;
+    if (!cl->strat->pins_connection) backoff(a, now, deadline, &cap_ms);
   }
+}
 
-  pthread_mutex_lock(&cl->mu);
-  if (rc != 0) {
-    if (mine) unclaim(cl, mine);
-    pthread_mutex_unlock(&cl->mu);
-    free(h);
-    free(l);
-    if (rc == DBLOCK_EBUSY) DBL_COUNT(cl, busy);
-    else if (rc == DBLOCK_ETIMEOUT) DBL_COUNT(cl, timeouts);
-    else if (rc == DBLOCK_ECANCELED) DBL_COUNT(cl, cancelled);
-    else DBL_COUNT(cl, failures);
-    if (rc == DBLOCK_EBUSY)
-      return dbl_failf(cl, rc, "lock '%s' is held by another owner", name);
-    if (rc == DBLOCK_ETIMEOUT)
-      return dbl_failf(cl, rc, "timed out after %lld ms waiting for lock '%s'",
-                       (long long)wait_ms, name);
-    if (rc == DBLOCK_ECANCELED)
-      return dbl_failf(cl, rc, "acquire of '%s' cancelled (dblock_client_cancel)", name);
-    if (rc == DBLOCK_EMISMATCH && !e.msg[0])
-      return dbl_failf(cl, rc,
-                       "lock '%s' is managed by another strategy than '%s' (once nobody "
-                       "holds it, `dblock forget NAME` / dblock_forget() hands it over)",
-                       name, cl->strat->name);
-    return dbl_fail(cl, &e);
-  }
+/* Acquire, phase 4 on failure: counts it and reports it. Caller holds mu
+ * (released here). */
+static int acquire_fail(acq *a, int rc) {
+  dblock_client *cl = a->cl;
+  if (a->mine) unclaim(cl, a->mine);
+  dbl_unlock(cl);
+  if (rc == DBLOCK_EBUSY) DBL_COUNT(cl, busy);
+  else if (rc == DBLOCK_ETIMEOUT) DBL_COUNT(cl, timeouts);
+  else if (rc == DBLOCK_ECANCELED) DBL_COUNT(cl, cancelled);
+  else DBL_COUNT(cl, failures);
+  if (rc == DBLOCK_EBUSY) return dbl_failf(cl, rc, "lock '%s' is held by another owner", a->name);
+  if (rc == DBLOCK_ETIMEOUT)
+    return dbl_failf(cl, rc, "timed out after %lld ms waiting for lock '%s'",
+                     (long long)a->wait_ms, a->name);
+  if (rc == DBLOCK_ECANCELED)
+    return dbl_failf(cl, rc, "acquire of '%s' cancelled (dblock_client_cancel)", a->name);
+  if (rc == DBLOCK_EMISMATCH && !a->e.msg[0])
+    return dbl_failf(cl, rc,
+                     "lock '%s' is managed by another strategy than '%s' (once nobody "
+                     "holds it, `dblock forget NAME` / dblock_forget() hands it over)",
+                     a->name, cl->strat->name);
+  return dbl_fail(cl, &a->e);
+}
+
+/* Acquire, phase 4 on a grant: publishes it — a reentrant grant folds
+ * into the outer entry, a fresh one is linked (an outer entry this owner
+ * had lost is marked so) — and tells the watchdog when to look next.
+ * Caller holds mu (released here). Returns the entry for the handle. */
+static struct dbl_held *acquire_publish(acq *a) {
+  dblock_client *cl = a->cl;
+  struct dbl_held *h = a->h, *mine = a->mine;
+  int64_t due;
   if (mine && h->fence == mine->fence) {
     /* Reentrant grant: the row counted one more hold. */
     mine->holds = h->holds;
@@ -397,19 +402,67 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   due = h->renew_at_ms ? h->renew_at_ms : dbl_mono_ms() + dbl_ping_ms(cl);
   if (!h->auto_renew) due = h->lost_at_ms;
   else if (h->lost_at_ms && h->lost_at_ms < due) due = h->lost_at_ms;
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   DBL_COUNT(cl, grants);
-  if (tries > 1) DBL_COUNT(cl, waited);
-  dbl_count_wait(cl, dbl_mono_ms() - started);
+  if (a->tries > 1) DBL_COUNT(cl, waited);
+  dbl_count_wait(cl, dbl_mono_ms() - a->started);
   if (mine && h != mine) dbl_mark_lost(cl, mine);
   if (due) dbl_watchdog_kick(cl, due);
-  l->held = h;
+  return h;
+}
+
+int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
+                        int64_t wait_ms, int64_t lease_ms) {
+  acq a;
+  struct dbl_held *local = NULL;
+  dblock_lock *l;
+  int rc;
+  if (!out || !cl) return dbl_failf(cl, DBLOCK_EINVAL, "NULL argument");
+  *out = NULL;
+  if ((rc = acquire_check(cl, name, lease_ms)) != 0) return rc;
+  memset(&a, 0, sizeof a);
+  a.cl = cl;
+  a.name = name;
+  a.thread = dbl_thread_id();
+  a.wait_ms = wait_ms;
+  a.lease_ms = lease_ms;
+  a.auto_renew = !cl->strat->has_lease || lease_ms == 0;
+  a.hash = name_hash(name, strlen(name));
+  /* Everything that can fail without touching the database comes first,
+   * so that a grant never has to be undone: the handle and the scratch
+   * entry, and the watchdog (without it a lease could run out unnoticed
+   * and a call could hang: no grant without it). */
+  if (!(l = calloc(1, sizeof *l)) || !(a.h = calloc(1, sizeof *a.h))) {
+    free(l);
+    return dbl_failf(cl, DBLOCK_ENOMEM, "out of memory");
+  }
+  l->client = cl;
+  if ((rc = dbl_watchdog_start(cl)) != 0) {
+    rc = dbl_failf(cl, rc, "cannot start the watchdog thread");
+  } else if ((rc = acquire_enter(&a, &local)) == 0) {
+    a.started = dbl_mono_ms();
+    rc = acquire_wait(&a);
+    dbl_lock(cl);
+    if (rc != 0) rc = acquire_fail(&a, rc);
+    else local = acquire_publish(&a), a.h = NULL;
+  } else if (rc == 1) {
+    rc = 0;
+  }
+  /* (one cleanup path: the scratch entry unless published, the handle
+   * unless handed out) */
+  free(a.h);
+  if (rc != 0) {
+    free(l);
+    return rc;
+  }
+  l->held = local;
   *out = l;
   return 0;
 }
 
 /* Unlinks and frees h once no handle points at it. Caller holds mu. */
 static void drop_held(dblock_client *cl, struct dbl_held *h) {
+  dbl_assert_held(cl);
   for (struct dbl_held **p = &cl->held; *p; p = &(*p)->next)
     if (*p == h) {
       *p = h->next;
@@ -450,82 +503,90 @@ static int release_once(dblock_client *cl, dbl_op *op, int final, int pinned) {
   }
 }
 
-int dblock_lock_release(dblock_lock *l) {
-  dblock_client *cl;
-  struct dbl_held *h;
-  dbl_pconn *pc = NULL;
-  dbl_err e;
-  dbl_op op;
-  int rc = 0, final, lost;
-  if (!l) return dbl_failf(NULL, DBLOCK_EINVAL, "lock handle is NULL");
-  cl = l->client;
-  h = l->held;
-  if ((rc = dbl_callback_guard(cl)) != 0) return rc; /* (handle kept) */
-  memset(&e, 0, sizeof e);
-  pthread_mutex_lock(&cl->mu);
-  claim(cl, h);
-  lost = h->lost;
-  final = h->holds <= 1;
-  pthread_mutex_unlock(&cl->mu);
-
-  if (lost) {
-    /* (no round trip: a lost handle's release answers at once, even with
-     * the server unreachable; a row still ours — a renewal confirmed just
-     * after the deadline — ends with its lease, like a crashed holder's) */
-    rc = DBLOCK_ELOST;
-  } else if (cl->strat->pins_connection && !final) {
-    rc = 0; /* inner reentrant hold: the transaction stays */
-  } else {
-    if (h->pinned) {
-      pc = h->pinned;
-      dbl_call_bound(cl, pc, 0);
-    } else {
-      rc = dbl_pool_get(cl, &pc, 0, &e);
-    }
-    if (rc == 0) {
-      dbl_op_init(&op, cl, pc, h, &e);
-      op.reentrant = !final;
-      rc = dbl_call_check(cl, pc, release_once(cl, &op, final, h->pinned != NULL), &e);
-      /* (for_update reports a dead session at COMMIT as lost: nobody can
-       * tell whether it died before the COMMIT or after it.) */
-      if (rc == DBLOCK_ECONN && !h->pinned && final) {
-        /* The reply was lost: the release may or may not have run. Ask
-         * again on a fresh connection, by owner: still ours means it did
-         * not run (this run frees it); gone, the strategy reads the row:
-         * free and still naming this grant means the first release ran;
-         * anything else (force-unlocked, taken over after the lease) is
-         * lost. (An inner reentrant release is not asked again: a second
-         * decrement could count one hold twice.) */
-        dbl_pool_discard(cl, pc);
-        pc = NULL;
-        dbl_log(cl, DBLOCK_LOG_INFO,
-                "release of lock '%s': no reply; asking again on a fresh connection", h->name);
-        if (dbl_pool_get(cl, &pc, 0, &e) == 0) {
-          dbl_op_init(&op, cl, pc, h, &e);
-          op.reentrant = !final;
-          rc = dbl_call_check(cl, pc, release_once(cl, &op, final, h->pinned != NULL), &e);
-          if (rc == DBLOCK_ELOST && cl->strat->released)
-            rc = dbl_call_check(cl, pc, cl->strat->released(&op), &e);
-        }
-      }
-      if (rc == 0) h->version = op.g.version;
-      if (cl->strat->version_hints)
-        hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1);
-      if (h->pinned) {
-        if (final) {
-          h->pinned = NULL;
-          if (rc == 0) dbl_pool_put(cl, pc);
-          else dbl_pool_discard(cl, pc); /* transaction state unknown */
-        }
-      } else if (pc) { /* (NULL: no fresh connection for the second look) */
-        dbl_pool_return(cl, pc, rc);
-      }
-    }
+/* One owner-checked renewal; a deadlock victim (racing a reaper) was
+ * rolled back whole, so it runs again. (final, pinned: unused; the shape
+ * of an owner_call.) */
+static int renew_once(dblock_client *cl, dbl_op *op, int final, int pinned) {
+  int rc, tries = 0;
+  (void)final, (void)pinned;
+  while ((rc = cl->strat->renew(op)) == DBLOCK_ERETRY && tries++ < 5) {
   }
+  return rc;
+}
 
+/* An owner-keyed statement run on op (release_once, renew_once). */
+typedef int (*owner_call)(dblock_client *cl, dbl_op *op, int final, int pinned);
+
+/* Runs call on *pc for h; when its reply is lost (ECONN) on a pooled
+ * connection and `again` allows, asks once more on a fresh connection
+ * bounded by `by` (0: the call limit): keyed by owner and fence, the
+ * second run reports the true state. *asked tells whether it did. *pc is
+ * the connection to give back afterwards (NULL: none could be had for the
+ * second look, whose error is then the answer). */
+static int ask_again_if_unanswered(dblock_client *cl, struct dbl_held *h, dbl_pconn **pc,
+                                   dbl_op *op, owner_call call, int final, int again,
+                                   int64_t by, const char *what, int *asked, dbl_err *e) {
+  int rc = dbl_call_check(cl, *pc, call(cl, op, final, h->pinned != NULL), e);
+  *asked = 0;
+  if (rc != DBLOCK_ECONN || h->pinned || !again) return rc;
+  dbl_pool_discard(cl, *pc);
+  *pc = NULL;
+  dbl_log(cl, DBLOCK_LOG_INFO, "%s of lock '%s': no reply; asking again on a fresh connection",
+          what, h->name);
+  if ((rc = dbl_pool_get_by(cl, pc, 0, by, e)) != 0) {
+    *pc = NULL;
+    return rc;
+  }
+  *asked = 1;
+  dbl_op_init(op, cl, *pc, h, e);
+  op->reentrant = !final;
+  return dbl_call_check(cl, *pc, call(cl, op, final, 0), e);
+}
+
+/* Release, phase 2: the statement on the server (or the COMMIT of a
+ * for_update transaction), asked again when a final release's reply is
+ * lost — still ours means it did not run (the second run frees it); gone,
+ * the strategy reads the row (dbl_strategy.released): free and still
+ * naming this grant means the first release ran, anything else (a
+ * force-unlock, a takeover after the lease) is lost. An inner reentrant
+ * release is not asked again: a second decrement could count one hold
+ * twice. (for_update reports a dead session at COMMIT as lost: nobody can
+ * tell whether it died before the COMMIT or after it.) */
+static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, dbl_err *e) {
+  dbl_pconn *pc = h->pinned;
+  dbl_op op;
+  int rc, asked;
+  if (pc) dbl_call_bound(cl, pc, 0);
+  else if ((rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
+  dbl_op_init(&op, cl, pc, h, e);
+  op.reentrant = !final;
+  rc = ask_again_if_unanswered(cl, h, &pc, &op, release_once, final, final, 0, "release",
+                               &asked, e);
+  if (rc == DBLOCK_ELOST && asked && cl->strat->released)
+    rc = dbl_call_check(cl, pc, cl->strat->released(&op), e);
+  if (rc == 0) h->version = op.g.version;
+  if (cl->strat->version_hints)
+    hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1);
+  if (h->pinned) {
+    if (final) {
+      h->pinned = NULL;
+      if (rc == 0) dbl_pool_put(cl, pc);
+      else dbl_pool_discard(cl, pc); /* transaction state unknown */
+    }
+  } else if (pc) {
+    dbl_pool_return(cl, pc, rc);
+  }
+  return rc;
+}
+
+/* Release, phase 3: the bookkeeping. One handle and (if released) one
+ * hold fewer; the entry goes with its last handle or hold, after any
+ * loss notification still owed for it. */
+static void release_finish(dblock_client *cl, struct dbl_held *h, int rc) {
+  dbl_pconn *pc = NULL;
   /* DBLOCK_ELOST is only ever returned after on_lost has fired (once). */
   if (rc == DBLOCK_ELOST) dbl_mark_lost(cl, h);
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   h->handles--;
   if (!h->lost && rc == 0) h->holds--;
   unclaim(cl, h);
@@ -544,29 +605,47 @@ int dblock_lock_release(dblock_lock *l) {
         h->lost_notified = rc == 0 ? LOST_TOLD : LOST_TELLING;
         if (rc != 0) dbl_tell_locked(cl, h);
       }
-      while (h->lost_notified == LOST_TELLING) pthread_cond_wait(&cl->cv, &cl->mu);
+      while (h->lost_notified == LOST_TELLING) dbl_wait(cl, &cl->cv);
       drop_held(cl, h);
     }
-  } else {
-    pc = NULL;
   }
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   if (pc) dbl_pool_discard(cl, pc);
+}
+
+int dblock_lock_release(dblock_lock *l) {
+  dblock_client *cl;
+  struct dbl_held *h;
+  dbl_err e;
+  int rc, final, lost;
+  if (!l) return dbl_failf(NULL, DBLOCK_EINVAL, "lock handle is NULL");
+  cl = l->client;
+  h = l->held;
+  if ((rc = dbl_callback_guard(cl)) != 0) return rc; /* (handle kept) */
+  memset(&e, 0, sizeof e);
+  /* Phase 1: claim the entry (no renewal runs meanwhile) and read it. */
+  dbl_lock(cl);
+  claim(cl, h);
+  lost = h->lost;
+  final = h->holds <= 1;
+  dbl_unlock(cl);
+  if (lost) {
+    /* (no round trip: a lost handle's release answers at once, even with
+     * the server unreachable; a row still ours — a renewal confirmed just
+     * after the deadline — ends with its lease, like a crashed holder's) */
+    rc = DBLOCK_ELOST;
+  } else if (cl->strat->pins_connection && !final) {
+    rc = 0; /* inner reentrant hold: the transaction stays */
+  } else {
+    rc = release_on_server(cl, h, final, &e);
+  }
+  release_finish(cl, h, rc);
   free(l);
   if (rc == DBLOCK_ELOST)
     return dbl_failf(cl, rc, "lock was lost before release (expired and taken over, "
                              "force-unlocked, or its session ended)");
   if (rc) return dbl_fail(cl, &e);
   return 0;
-}
-
-/* One owner-checked renewal; a deadlock victim (racing a reaper) was
- * rolled back whole, so it runs again. */
-static int renew_once(dblock_client *cl, dbl_op *op) {
-  int rc, tries = 0;
-  while ((rc = cl->strat->renew(op)) == DBLOCK_ERETRY && tries++ < 5) {
-  }
-  return rc;
 }
 
 /* Renews h now (used by dblock_lock_renew and by the renewal workers).
@@ -579,7 +658,7 @@ static int renew_once(dblock_client *cl, dbl_op *op) {
 int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
   dbl_pconn *pc = h->pinned;
   dbl_op op;
-  int rc;
+  int rc, asked;
   int64_t sent = dbl_mono_ms(), first, last;
   if (h->lease_ms > 0) {
     if (sent >= h->lost_at_ms)
@@ -595,19 +674,12 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
   if (!pc && (rc = dbl_pool_get_by(cl, &pc, 0, first, e)) != 0) return rc;
   if (h->pinned) dbl_call_bound(cl, pc, first);
   dbl_op_init(&op, cl, pc, h, e);
-  rc = dbl_call_check(cl, pc, renew_once(cl, &op), e);
-  if (rc == DBLOCK_ECONN && !h->pinned) {
-    /* The reply was lost, the call was cut, or the pooled connection had
-     * died: the renewal is keyed by owner and fence, so running it again
-     * on a fresh connection reports the true state — renewed, or lost. */
-    dbl_pool_discard(cl, pc);
-    dbl_log(cl, DBLOCK_LOG_INFO,
-            "renewal of lock '%s': no reply; asking again on a fresh connection", h->name);
-    if ((rc = dbl_pool_get_by(cl, &pc, 0, last, e)) != 0) return rc;
-    dbl_op_init(&op, cl, pc, h, e);
-    rc = dbl_call_check(cl, pc, renew_once(cl, &op), e);
-  }
+  /* (The reply was lost, the call was cut, or the pooled connection had
+   * died: asked again, a renewal reports the true state — renewed, or
+   * lost.) */
+  rc = ask_again_if_unanswered(cl, h, &pc, &op, renew_once, 1, 1, last, "renewal", &asked, e);
   if (!h->pinned) {
+    if (!pc) return rc; /* (no connection for the second look) */
     dbl_pool_return(cl, pc, rc);
   } else {
     /* A ping cut after its answer came still took the session down. */
@@ -615,11 +687,11 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
   }
   if (rc == 0) {
     DBL_COUNT(cl, renewals);
-    pthread_mutex_lock(&cl->mu);
+    dbl_lock(cl);
     h->expires_us = op.g.expires_us;
     h->version = op.g.version;
     dbl_set_lease_clock(cl, h, sent);
-    pthread_mutex_unlock(&cl->mu);
+    dbl_unlock(cl);
   }
   return rc;
 }
@@ -634,14 +706,14 @@ int dblock_lock_renew(dblock_lock *l) {
   h = l->held;
   if ((rc = dbl_callback_guard(cl)) != 0) return rc;
   memset(&e, 0, sizeof e);
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   claim(cl, h);
   rc = h->lost;
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   if (rc == 0) rc = dbl_renew_held(cl, h, &e);
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   unclaim(cl, h);
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   if (rc == DBLOCK_ELOST) {
     dbl_mark_lost(cl, h);
     return dbl_failf(cl, rc, "lock '%s' was lost", h->name);
@@ -649,18 +721,28 @@ int dblock_lock_renew(dblock_lock *l) {
   return rc ? dbl_fail(cl, &e) : 0;
 }
 
-int64_t dblock_lock_fence(const dblock_lock *l) { return l ? l->held->fence : 0; }
-const char *dblock_lock_name(const dblock_lock *l) { return l ? l->held->name : NULL; }
-int dblock_lock_hold_count(const dblock_lock *l) { return l ? l->held->holds : 0; }
-int64_t dblock_lock_expires_at(const dblock_lock *l) {
-  return l ? l->held->expires_us : 0;
+/* Fields of a held entry that renewals and other handles on it change
+ * (expiry on every renewal, holds on reentrant acquires and releases):
+ * read under the client mutex. */
+static int64_t held_field(const dblock_lock *l, int which) {
+  int64_t v;
+  if (!l) return 0;
+  dbl_lock(l->client);
+  v = which == 0 ? l->held->fence : which == 1 ? l->held->holds : l->held->expires_us;
+  dbl_unlock(l->client);
+  return v;
 }
+
+int64_t dblock_lock_fence(const dblock_lock *l) { return held_field(l, 0); }
+const char *dblock_lock_name(const dblock_lock *l) { return l ? l->held->name : NULL; }
+int dblock_lock_hold_count(const dblock_lock *l) { return (int)held_field(l, 1); }
+int64_t dblock_lock_expires_at(const dblock_lock *l) { return held_field(l, 2); }
 
 int dblock_lock_is_lost(const dblock_lock *l) {
   int lost;
   if (!l) return 0;
-  pthread_mutex_lock(&l->client->mu);
+  dbl_lock(l->client);
   lost = l->held->lost != 0;
-  pthread_mutex_unlock(&l->client->mu);
+  dbl_unlock(l->client);
   return lost;
 }

@@ -46,6 +46,7 @@ int64_t dbl_txn_idle_limit(const dblock_client *cl) {
 }
 
 void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms) {
+  dbl_assert_held(cl);
   if (h->lease_ms > 0) {
     h->renew_at_ms = sent_ms + h->lease_ms / 3;
     h->deadline_ms = sent_ms + h->lease_ms;
@@ -61,7 +62,7 @@ void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms)
   /* Due before the watchdog's planned wake-up: wake it to re-plan. */
   if (cl->wd_wake_ms > h->lost_at_ms ||
       (h->auto_renew && h->renew_at_ms && cl->wd_wake_ms > h->renew_at_ms))
-    pthread_cond_broadcast(&cl->wake);
+    dbl_signal(&cl->wake, 1);
 }
 
 /* Runs the on_lost callback for h, which the caller has marked TELLING
@@ -69,10 +70,11 @@ void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms)
  * waits in dbl_mark_lost), with mu let go during the call; then marks it
  * TOLD and wakes whoever waits for that. Caller holds mu. */
 void dbl_tell_locked(dblock_client *cl, struct dbl_held *h) {
+  dbl_assert_held(cl);
   char name[DBLOCK_NAME_MAX + 1];
   int64_t fence = h->fence;
   memcpy(name, h->name, sizeof name);
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   DBL_COUNT(cl, losses);
   dbl_warn(cl, "lock '%s' (fence %lld) lost: its lease ran out unconfirmed, it was taken over or "
            "force-unlocked, or its session ended",
@@ -85,13 +87,13 @@ void dbl_tell_locked(dblock_client *cl, struct dbl_held *h) {
     cl->opts.on_lost(name, fence, DBLOCK_ELOST, cl->opts.on_lost_arg);
     dbl_tls_callback = outer;
   }
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   h->lost_notified = LOST_TOLD;
-  pthread_cond_broadcast(&cl->cv);
+  dbl_signal(&cl->cv, 1);
 }
 
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   h->lost = DBLOCK_ELOST;
   if (h->lost_notified == LOST_QUEUED) cl->ntell--; /* told here, not by a worker */
   if (h->lost_notified == LOST_UNTOLD || h->lost_notified == LOST_QUEUED) {
@@ -100,18 +102,19 @@ void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
   } else {
     /* Being told by another thread right now: whoever returns ELOST
      * returns it after the callback has run. */
-    while (h->lost_notified == LOST_TELLING) pthread_cond_wait(&cl->cv, &cl->mu);
+    while (h->lost_notified == LOST_TELLING) dbl_wait(cl, &cl->cv);
     h->lost_notified = LOST_TOLD;
   }
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
 }
 
 /* Sleeps until at_ms (monotonic) or a kick; records the plan so that a
  * lock or a call due later than that need not wake it. Caller holds mu. */
 static void wait_until(dblock_client *cl, int64_t at_ms) {
+  dbl_assert_held(cl);
   struct timespec ts = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
   cl->wd_wake_ms = at_ms;
-  pthread_cond_timedwait(&cl->wake, &cl->mu, &ts);
+  dbl_timedwait(cl, &cl->wake, &ts);
   cl->wd_wake_ms = 0; /* awake: it will look at everything anyway */
 }
 
@@ -121,6 +124,7 @@ static void wait_until(dblock_client *cl, int64_t at_ms) {
  * it keeps (deadlines, call bounds, renewals). *next is lowered to the
  * next deadline. Caller holds mu. */
 static void declare_losses(dblock_client *cl, int64_t now, int64_t *next) {
+  dbl_assert_held(cl);
   for (struct dbl_held *h = cl->held; h; h = h->next) {
     if (h->lost || h->lost_at_ms <= 0 || h->handles <= 0) continue;
     if (now < h->lost_at_ms) {
@@ -138,6 +142,7 @@ static void declare_losses(dblock_client *cl, int64_t now, int64_t *next) {
 /* Claims every entry due for renewal and queues it for a worker. Caller
  * holds mu. */
 static void queue_renewals(dblock_client *cl, int64_t now, int64_t *next) {
+  dbl_assert_held(cl);
   int64_t period = dbl_ping_ms(cl);
   for (struct dbl_held *h = cl->held; h; h = h->next) {
     if (h->lost || !h->auto_renew || h->handles <= 0 || h->queued) continue;
@@ -159,6 +164,7 @@ static void queue_renewals(dblock_client *cl, int64_t now, int64_t *next) {
 
 /* Cuts every call that has outlived its bound. Caller holds mu. */
 static void cut_late_calls(dblock_client *cl, int64_t now, int64_t *next) {
+  dbl_assert_held(cl);
   if (!cl->drv->interrupt) return;
   for (int i = 0; i < cl->nall; i++) {
     dbl_pconn *pc = cl->all[i];
@@ -175,6 +181,7 @@ static struct dbl_held *take_tell(dblock_client *cl);
 
 /* Makes sure a worker will pick up each queued renewal. Caller holds mu. */
 static void dispatch(dblock_client *cl) {
+  dbl_assert_held(cl);
   if (!cl->nqueued && !cl->ntell) return;
   while (cl->nqueued + cl->ntell > cl->idle_workers && cl->nworkers < DBL_MAX_WORKERS &&
          pthread_create(&cl->workers[cl->nworkers], NULL, worker_main, cl) == 0) {
@@ -183,12 +190,12 @@ static void dispatch(dblock_client *cl) {
   }
   /* (when no thread can be started, the ones there are take the queue in
    * turn; loss deadlines are kept by this thread regardless) */
-  pthread_cond_broadcast(&cl->work);
+  dbl_signal(&cl->work, 1);
 }
 
 static void *watchdog_main(void *arg) {
   dblock_client *cl = arg;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   while (!cl->closing) {
     int64_t now = dbl_mono_ms(), next = now + 1000;
     declare_losses(cl, now, &next);
@@ -204,13 +211,14 @@ static void *watchdog_main(void *arg) {
     }
     if (next > now) wait_until(cl, next);
   }
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   return NULL;
 }
 
 /* Takes the first entry whose loss is to be told, marked TELLING. Caller
  * holds mu. */
 static struct dbl_held *take_tell(dblock_client *cl) {
+  dbl_assert_held(cl);
   if (!cl->ntell || cl->ntelling >= DBL_MAX_WORKERS / 2) return NULL;
   for (struct dbl_held *h = cl->held; h; h = h->next)
     if (h->lost_notified == LOST_QUEUED) {
@@ -223,6 +231,7 @@ static struct dbl_held *take_tell(dblock_client *cl) {
 
 /* Takes the first queued entry (already claimed for us). Caller holds mu. */
 static struct dbl_held *take_queued(dblock_client *cl) {
+  dbl_assert_held(cl);
   for (struct dbl_held *h = cl->held; h; h = h->next)
     if (h->queued) {
       h->queued = 0;
@@ -251,22 +260,22 @@ static void renew_one(dblock_client *cl, struct dbl_held *h) {
     dbl_warn(cl, "renewal of lock '%s' failed (%s); trying again in %lld ms", h->name,
              e.msg[0] ? e.msg : dblock_strerror(rc), (long long)retry);
   }
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   if (rc != 0 && rc != DBLOCK_ELOST) {
     h->renew_at_ms = dbl_mono_ms() + retry;
   } else if (rc == 0 && h->lease_ms <= 0) {
     h->renew_at_ms = dbl_mono_ms() + dbl_ping_ms(cl);
   }
   h->busy = 0;
-  pthread_cond_broadcast(&cl->cv);
-  if (cl->wd_wake_ms > h->renew_at_ms) pthread_cond_broadcast(&cl->wake);
-  pthread_mutex_unlock(&cl->mu);
+  dbl_signal(&cl->cv, 1);
+  if (cl->wd_wake_ms > h->renew_at_ms) dbl_signal(&cl->wake, 1);
+  dbl_unlock(cl);
 }
 
 /* A renewal worker; counted in idle_workers whenever it is not renewing. */
 static void *worker_main(void *arg) {
   dblock_client *cl = arg;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   while (!cl->closing) {
     struct dbl_held *h = take_tell(cl);
     if (h) {
@@ -279,20 +288,21 @@ static void *worker_main(void *arg) {
     }
     h = take_queued(cl);
     if (!h) {
-      pthread_cond_wait(&cl->work, &cl->mu);
+      dbl_wait(cl, &cl->work);
       continue;
     }
     cl->idle_workers--;
-    pthread_mutex_unlock(&cl->mu);
+    dbl_unlock(cl);
     renew_one(cl, h);
-    pthread_mutex_lock(&cl->mu);
+    dbl_lock(cl);
     cl->idle_workers++;
   }
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   return NULL;
 }
 
 int dbl_watchdog_start_locked(dblock_client *cl) {
+  dbl_assert_held(cl);
   if (cl->watchdog_started || cl->closing) return 0;
   if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) != 0) return DBLOCK_ENOMEM;
   cl->watchdog_started = 1;
@@ -301,18 +311,18 @@ int dbl_watchdog_start_locked(dblock_client *cl) {
 
 int dbl_watchdog_start(dblock_client *cl) {
   int rc;
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   rc = dbl_watchdog_start_locked(cl);
-  pthread_mutex_unlock(&cl->mu);
+  dbl_unlock(cl);
   return rc;
 }
 
 void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms) {
-  pthread_mutex_lock(&cl->mu);
+  dbl_lock(cl);
   /* Asleep until after this lock is due: wake it to re-plan. Asleep until
    * before (its idle tick, or an earlier lock): it will see this one then;
    * awake: it scans every entry before sleeping again. (broadcast: the
    * reaper thread waits on the same variable.) */
-  if (cl->wd_wake_ms > due_ms) pthread_cond_broadcast(&cl->wake);
-  pthread_mutex_unlock(&cl->mu);
+  if (cl->wd_wake_ms > due_ms) dbl_signal(&cl->wake, 1);
+  dbl_unlock(cl);
 }
