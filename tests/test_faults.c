@@ -920,11 +920,19 @@ static void test_clock_skew(void **s) {
 struct reask_race {
   dblock_client *other;
   const char *name;
+  int drop; /* 0: force-unlock; 1: release of the grant by its token */
   atomic_int forced;
 };
 static void *force_unlock_main(void *arg) {
   struct reask_race *r = arg;
-  if (dblock_force_unlock(r->other, r->name, NULL) == 0) atomic_store(&r->forced, 1);
+  dblock_lock_info i;
+  if (r->drop) {
+    if (dblock_lock_inspect(&i, r->other, r->name) == 0 &&
+        dblock_release_grant(r->other, r->name, i.owner_token, i.owner_thread, i.fence) == 0)
+      atomic_store(&r->forced, 1);
+  } else if (dblock_force_unlock(r->other, r->name, NULL) == 0) {
+    atomic_store(&r->forced, 1);
+  }
   return NULL;
 }
 static void force_on_reask(int level, const char *msg, void *arg) {
@@ -1008,6 +1016,7 @@ static void test_ambiguous_outcome(void **s) {
       static struct reask_race race;
       race.other = b;
       race.name = name;
+      race.drop = 0;
       atomic_store(&race.forced, 0);
       dblock_options o = DBLOCK_OPTIONS_INIT;
       dblock_client *c;
@@ -1023,6 +1032,16 @@ static void test_ambiguous_outcome(void **s) {
       c = tu_open_opts(url, &o);
       la = tu_acquire(c, name, 0, 30000);
       atomic_store(&px.mode, PX_DROP_REPLY);
+      assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
+      assert_int_equal(atomic_load(&race.forced), 1);
+      /* the same with the grant released by another process (dblock
+       * release --token) — the request lost this time, so the row is
+       * still held when the other process frees it: ended by someone
+       * else too */
+      race.drop = 1;
+      atomic_store(&race.forced, 0);
+      la = tu_acquire(c, name, 0, 30000);
+      atomic_store(&px.mode, PX_DROP_REQUEST);
       assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
       assert_int_equal(atomic_load(&race.forced), 1);
       /* ...while an untouched one is released (the first attempt ran) */

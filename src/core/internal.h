@@ -202,7 +202,6 @@ void dbl_pool_discard_cancelled(dblock_client *cl, dbl_pconn *pc);
  * lost the connection (DBLOCK_ECONN) or it is broken. */
 void dbl_pool_return(dblock_client *cl, dbl_pconn *pc, int rc);
 
-/* The template with ${table} / ${schema} substituted, cached per client. */
 /* tmpl with ${table} and ${schema} replaced (malloc'd; NULL: out of
  * memory). Statements are expanded once, at open; this is for scripts. */
 char *dbl_expand(const dblock_client *cl, const char *tmpl);
@@ -210,7 +209,7 @@ char *dbl_expand(const dblock_client *cl, const char *tmpl);
 dbl_sqlrun dbl_runner(const dblock_client *cl, dbl_conn *c, dbl_err *e);
 
 /* 1 if a granting statement failed because the server no longer vouches
- * for the fencing epoch (strategies/fence.h). */
+ * for the fencing epoch (src/sql/fence.h). */
 int dbl_no_epoch(const dbl_err *e);
 /* Bumps the durable fencing epoch (flushed) and has the server vouch for
  * the new one; the caller then asks again. */

@@ -359,6 +359,8 @@ static int acquire_fail(acq *a, int rc) {
                      "lock '%s' is managed by another strategy than '%s' (once nobody "
                      "holds it, `dblock forget NAME` / dblock_forget() hands it over)",
                      a->name, cl->strat->name);
+  /* (never 0: a failed acquire hands out no handle) */
+  if (!a->e.code) dbl_err_set(&a->e, rc, "", 0, "acquire of '%s' failed", a->name);
   return dbl_fail(cl, &a->e);
 }
 

@@ -64,7 +64,7 @@ void dbl_timedwait(dblock_client *cl, pthread_cond_t *cv, const struct timespec 
 
 void dbl_signal(pthread_cond_t *cv, int all) {
   int rc = all ? pthread_cond_broadcast(cv) : pthread_cond_signal(cv);
-  if (rc != 0) die("pthread_cond_signal", rc);
+  if (rc != 0) die(all ? "pthread_cond_broadcast" : "pthread_cond_signal", rc);
 }
 
 #ifdef DBL_CHECK_LOCKS

@@ -321,8 +321,7 @@ void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms) {
   dbl_lock(cl);
   /* Asleep until after this lock is due: wake it to re-plan. Asleep until
    * before (its idle tick, or an earlier lock): it will see this one then;
-   * awake: it scans every entry before sleeping again. (broadcast: the
-   * reaper thread waits on the same variable.) */
+   * awake: it scans every entry before sleeping again. */
   if (cl->wd_wake_ms > due_ms) dbl_signal(&cl->wake, 1);
   dbl_unlock(cl);
 }

@@ -33,7 +33,7 @@
   "+ nextval('${schema}.${table}_fence_seq')"
 /* (MariaDB: the sequence carries the epoch — a bump moves it to the next
  * 2^40 block — so that on Galera, where ${table}_alive is per node, tokens
- * from all nodes come from one forward-only sequence; client.c my_bump.) */
+ * from all nodes come from one forward-only sequence; src/sql/mysql.c bump.) */
 #define DBL_MY_NEXT_FENCE                                                        \
   "COALESCE((SELECT 0 FROM ${table}_alive WHERE id = 1), "                       \
   "(SELECT 1 FROM (SELECT 1 UNION ALL SELECT 2) AS dbl_no_epoch)) "              \

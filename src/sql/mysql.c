@@ -138,7 +138,8 @@ static const char FORGET[] =
     "DELETE FROM ${table} WHERE name = ? AND name <> '' AND "
     "(strategy = 'for_update' OR expires_at < UTC_TIMESTAMP(6))";
 static const char DROP_GRANT[] =
-    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "owner_token = '', owner_thread = 0 "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
     "AND fence = ? AND state = 1 AND strategy <> 'for_update'";
 /* A multi-table DELETE waits for every row lock it meets, and a held

@@ -160,9 +160,13 @@ static const char FORGET[] =
     "DELETE FROM ${schema}.${table} WHERE name = ? AND name <> '' AND "
     "(strategy = 'for_update' OR expires_at < statement_timestamp())";
 /* (Like a release: the row is freed and keeps its fence as the floor for
- * the next grant; the reaper collects it after its lease.) */
+ * the next grant; the reaper collects it after its lease. Unlike a
+ * release it clears the owner: the holder, asking again after a lost
+ * release reply, must see that someone else ended its grant — see
+ * LEASE_FREED.) */
 static const char DROP_GRANT[] =
-    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "owner_token = '', owner_thread = 0 "
     "WHERE name = ? AND owner_token = ? "
     "AND owner_thread = ?::int8 AND fence = ?::int8 AND state = 1 "
     "AND strategy <> 'for_update'";

@@ -16,7 +16,11 @@ static const dbl_param *bind(const dbl_sqldef *d, const dbl_param *lp, int nlp, 
     *n = nlp;
     return lp;
   }
-  for (*n = 0; d->bind[*n] && *n < MAX_BIND; (*n)++) p[*n] = lp[d->bind[*n] - '0'];
+  for (*n = 0; d->bind[*n] && *n < MAX_BIND; (*n)++) {
+    int k = d->bind[*n] - '0';
+    if (k < 0 || k >= nlp) return NULL; /* a table entry that does not fit its callers */
+    p[*n] = lp[k];
+  }
   return p;
 }
 
@@ -44,7 +48,8 @@ int dbl_sql_run(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp, d
   int n, rc;
   memset(o, 0, sizeof *o);
   if (!d->sql) return 0; /* nothing to run on this dialect */
-  bound = bind(d, lp, nlp, p, &n);
+  if (!(bound = bind(d, lp, nlp, p, &n)) && nlp)
+    return dbl_err_set(x->e, DBLOCK_EINVAL, "", 0, "statement %d: bad parameter map", (int)id);
   if ((rc = x->drv->query(x->c, x->sqls[id], bound, n, &o->res, x->e)) != 0) return rc;
   read_out(d, o, keep);
   return 0;
@@ -57,8 +62,12 @@ int dbl_sql_run_locking(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, in
   dbl_stmt st;
   int rc;
   memset(o, 0, sizeof *o);
+  if (!d->sql)
+    return dbl_err_set(x->e, DBLOCK_EUNSUPPORTED, "", 0, "statement %d: not on this database",
+                       (int)id);
   st.sql = x->sqls[id];
-  st.params = bind(d, lp, nlp, p, &st.nparams);
+  if (!(st.params = bind(d, lp, nlp, p, &st.nparams)) && nlp)
+    return dbl_err_set(x->e, DBLOCK_EINVAL, "", 0, "statement %d: bad parameter map", (int)id);
   if ((rc = x->drv->lock_begin(x->c, wait_ms, &st, &o->res, x->e)) != 0) return rc;
   read_out(d, o, 0);
   return 0;

@@ -118,7 +118,8 @@ static const char FORGET[] =
     "DELETE FROM ${table} WHERE name = ? AND name <> '' AND "
     "(strategy = 'for_update' OR expires_at < dblock_now_us())";
 static const char DROP_GRANT[] =
-    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "UPDATE ${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "owner_token = '', owner_thread = 0 "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
     "AND fence = ? AND state = 1 AND strategy <> 'for_update'";
 static const char REAP[] =

@@ -34,7 +34,8 @@ typedef enum dbl_sid {
    * reentrant flag. Out: the grant. Count 0 = busy. */
   DBL_S_INSERT_ACQUIRE,
   /* insert / optimistic release (final). Params: name, token, thread,
-   * fence. Out: version (when the dialect can say). Count 1 = freed. */
+   * fence. Out: version (OPT_FREE, when the dialect can say). Count 1 =
+   * freed. */
   DBL_S_INSERT_FREE,
   DBL_S_OPT_FREE,
   /* optimistic compare-and-set. Params: token, thread, reentrant flag,

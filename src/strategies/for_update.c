@@ -18,8 +18,8 @@
  * at 63 bytes), SET LOCAL from the UPDATE's RETURNING: no extra statement,
  * visible in pg_stat_activity at once, reverted by COMMIT/ROLLBACK.
  * Introspection finds that session through the row's locker (xmax =
- * backend_xid). SQLite publishes "FENCE PID THREAD ACQUIRED HOST" the same
- * way through the driver's dblock_publish() (see sqlite.c).
+ * backend_xid). SQLite publishes "ACQUIRED FENCE PID THREAD HOST" the same
+ * way through the driver's dblock_publish() (src/sql/sqlite.c FU_TAKE).
  *
  * SQLite: the transaction is BEGIN IMMEDIATE, which locks the whole
  * database file for writing while held: one for_update lock at a time per
