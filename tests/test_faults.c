@@ -1026,6 +1026,7 @@ static void test_ambiguous_outcome(void **s) {
       o.log = force_on_reask;
       o.log_arg = &race;
       o.log_level = DBLOCK_LOG_INFO;
+      o.call_timeout_ms = 1000; /* (the stalled release below is cut after 1 s) */
       /* (the late renewal above was answered without a round trip: its
        * handle was already lost, so the drop is still armed) */
       atomic_store(&px.mode, PX_PASS);
@@ -1034,6 +1035,15 @@ static void test_ambiguous_outcome(void **s) {
       atomic_store(&px.mode, PX_DROP_REPLY);
       assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
       assert_int_equal(atomic_load(&race.forced), 1);
+      /* the hard variant: the release's connection stalls with its socket
+       * open (nothing closes it); the call is cut at the call limit, and
+       * the force-unlock comes before the second look */
+      atomic_store(&race.forced, 0);
+      la = tu_acquire(c, name, 0, 30000);
+      atomic_store(&px.mode, PX_STALL_ONE);
+      assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
+      assert_int_equal(atomic_load(&race.forced), 1);
+      assert_int_equal(atomic_load(&px.stalls), 1);
       /* the same with the grant released by another process (dblock
        * release --token) — the request lost this time, so the row is
        * still held when the other process frees it: ended by someone

@@ -208,9 +208,7 @@ static int for_update_end_holder(dbl_op *op) {
                        "force-unlock of a held for_update lock is not possible on %s (the "
                        "holder is another process's open transaction)",
                        op->drv->name);
-  if (op->defs[DBL_S_DIRTY_READ].sql &&
-      (rc = op->drv->script(op->conn, op->sqls[DBL_S_DIRTY_READ], op->e)) != 0)
-    return rc;
+  if ((rc = dbl_run_script(op, DBL_S_DIRTY_READ)) != 0) return rc;
   if ((rc = dbl_run(op, DBL_S_FU_SESSION, &p, 1, &o, 1)) != 0) return rc;
   session = dbl_res_i64(&o.res, 0, 0);
   dbl_res_clear(&o.res);

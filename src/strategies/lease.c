@@ -29,6 +29,11 @@ int dbl_run_locking(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, int64_
   return dbl_sql_run_locking(&x, id, lp, nlp, wait_ms, o);
 }
 
+int dbl_run_script(dbl_op *op, dbl_sid id) {
+  dbl_sqlrun x = runner(op);
+  return dbl_sql_script(&x, id);
+}
+
 void dbl_take_grant(dbl_op *op, const dbl_out *o, int64_t version) {
   int64_t fence = o->v[DBL_O_FENCE];
   /* Without the row's hold count (MySQL's UPDATE returns no row): the same

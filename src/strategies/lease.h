@@ -21,6 +21,8 @@ int dbl_run(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o, in
  * driver (dbl_driver.lock_begin) with row-lock waits of wait_ms. */
 int dbl_run_locking(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, int64_t wait_ms,
                     dbl_out *o);
+/* A parameterless statement run as a script (dbl_sql_script). */
+int dbl_run_script(dbl_op *op, dbl_sid id);
 /* Fills op->g from a granting statement's outcome; version is used when
  * the dialect cannot return the row's version. */
 void dbl_take_grant(dbl_op *op, const dbl_out *o, int64_t version);
