@@ -147,8 +147,8 @@ static void reset_tables(void) {
         raw_q(&r, sql, &p, 1);
       }
   } else {
-    const char *objs[] = {"%s_migrations", "%s_alive", "%s"};
-    for (int i = 0; i < 3; i++) {
+    const char *objs[] = {"%s_migrations", "%s_alive", "%s_queue", "%s"};
+    for (int i = 0; i < 4; i++) {
       char obj[64];
       snprintf(obj, sizeof obj, objs[i], "bench_locks");
       snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s%s",
@@ -286,6 +286,7 @@ static void run_child(shared *sh, int me, int go_fd) {
       floor_acquire(&k, name);
     } else if (dblock_lock_acquire(&k.held, k.c, name, -1, 0) != 0) {
       o->acquire_errors++;
+      if (getenv("DBLOCK_BENCH_DEBUG")) { dblock_error_info ei; dblock_last_error(&ei); fprintf(stderr, "acquire: %s\n", ei.message); }
       continue;
     }
     tg = now_us();

@@ -130,7 +130,7 @@ typedef void (*dblock_lost_fn)(const char *name, int64_t fence, int reason,
 #define DBLOCK_LOG_INFO 2
 typedef void (*dblock_log_fn)(int level, const char *msg, void *arg);
 
-#define DBLOCK_OPTIONS_VERSION 4
+#define DBLOCK_OPTIONS_VERSION 5
 
 /* Client options. Zero means "default" for every field, so
  * `dblock_options o = DBLOCK_OPTIONS_INIT;` and setting what you need is the
@@ -179,6 +179,15 @@ typedef struct dblock_options {
   int log_level;              /* the most detailed level logged:
                                  DBLOCK_LOG_WARNING (default) or
                                  DBLOCK_LOG_INFO */
+  /* ---- version 5 ---- */
+  int fair;                   /* 1: grants of a name in the order its
+                                 blocking waiters arrived, across processes
+                                 and hosts (a ticket per waiter); a waiter
+                                 that dies holds the line for at most
+                                 min(1 s, lease). PostgreSQL with insert or
+                                 optimistic; for_update waits in the
+                                 server's own queue and ignores it; MariaDB
+                                 and SQLite: DBLOCK_EUNSUPPORTED at open. */
 } dblock_options;
 
 #define DBLOCK_OPTIONS_INIT {.version = DBLOCK_OPTIONS_VERSION}
@@ -263,6 +272,8 @@ typedef struct dblock_stats {
   uint64_t disconnects;      /* connections dropped as broken or cut */
   uint64_t wait_ms[DBLOCK_STATS_WAIT_BUCKETS]; /* grants by wait time */
   uint64_t wait_ms_sum;      /* total wait of all grants, ms */
+  uint64_t wakeups;          /* waiters woken by a release's notification
+                                (PostgreSQL, insert and optimistic) */
 } dblock_stats;
 
 /* Copies the client's counters into *out; size is sizeof(dblock_stats) as

@@ -488,7 +488,7 @@ uint64_t dblock_client_round_trips(const dblock_client *cl) {
   dblock_client *m = (dblock_client *)cl;
   if (!cl) return 0;
   dbl_lock(m);
-  n = m->trips_closed;
+  n = m->trips_closed + dbl_queue_trips(m);
   for (int i = 0; i < m->nall; i++) n += m->drv->round_trips(m->all[i]->c);
   dbl_unlock(m);
   return n;
@@ -507,6 +507,7 @@ static int fill_options(dblock_client *cl, const dblock_options *o) {
     if (o->version == 1) memcpy(&d, o, offsetof(dblock_options, call_timeout_ms));
     else if (o->version == 2) memcpy(&d, o, offsetof(dblock_options, read_only));
     else if (o->version == 3) memcpy(&d, o, offsetof(dblock_options, log_level));
+    else if (o->version == 4) memcpy(&d, o, offsetof(dblock_options, fair));
     else d = *o;
   }
   if (d.strategy == DBLOCK_STRATEGY_DEFAULT) d.strategy = DBLOCK_STRATEGY_INSERT;
@@ -517,6 +518,8 @@ static int fill_options(dblock_client *cl, const dblock_options *o) {
       d.reaper_grace_ms < 0 || d.pool_size < 0 || d.call_timeout_ms < 0 ||
       d.loss_margin_ms < 0)
     return dbl_failf(cl, DBLOCK_EINVAL, "negative value in dblock_options");
+  if (d.fair != 0 && d.fair != 1)
+    return dbl_failf(cl, DBLOCK_EINVAL, "fair must be 0 or 1 (it is %d)", d.fair);
   if (!d.lease_ms) d.lease_ms = 30000;
   if (d.lease_ms < 100)
     return dbl_failf(cl, DBLOCK_EINVAL, "lease_ms must be at least 100");
@@ -673,6 +676,12 @@ int dblock_client_open(dblock_client **out, const char *url,
   }
   cl->strat = dbl_strategy_by_id(cl->opts.strategy);
   if ((rc = expand_statements(cl)) != 0) goto err;
+  if (cl->opts.fair && !cl->strat->pins_connection && !dbl_queue_possible(cl)) {
+    rc = dbl_failf(cl, DBLOCK_EUNSUPPORTED,
+                   "fair mode needs a wait queue, which only PostgreSQL has (for_update "
+                   "waits in the server's own queue on every backend)");
+    goto err;
+  }
   cl->pid = (int64_t)getpid();
   make_token(cl->token);
   memset(&e, 0, sizeof e);
@@ -715,6 +724,7 @@ void dblock_client_free(dblock_client *cl) {
   dbl_signal(&cl->reaper_wake, 1);
   dbl_signal(&cl->work, 1);
   dbl_unlock(cl);
+  dbl_queue_stop(cl);
   /* Their calls in flight were cut above, and any they start now is cut
    * at once (dbl_call_bound): the joins cannot wait on the network. */
   for (int i = 0; i < cl->nworkers; i++) pthread_join(cl->workers[i], NULL);

@@ -101,7 +101,11 @@ struct dblock_client {
   int nall, capall;
 
   struct dbl_held *held;
+  struct dbl_listener *lsn; /* the wait queue's listener (queue.c), once a
+                               waiter needed it */
   struct { uint64_t hash; int64_t version; } vcache[1024]; /* optimistic hints */
+  struct { uint64_t hash; int64_t at_ms; } busy_hint[256]; /* names found busy
+                                                  lately (lock.c: who queues) */
   int closing;
   int watchdog_started, reaper_started;
   pthread_t watchdog, reaper;
@@ -128,7 +132,7 @@ struct dblock_client {
    * the next one opened is a reconnect worth logging. */
   struct {
     atomic_ullong grants, busy, timeouts, cancelled, failures, waited, renewals,
-        renewal_failures, losses, connects, disconnects, wait_ms_sum;
+        renewal_failures, losses, connects, disconnects, wait_ms_sum, wakeups;
     atomic_ullong wait_ms[DBLOCK_STATS_WAIT_BUCKETS];
   } stats;
   atomic_int reconnect_note;
@@ -297,5 +301,24 @@ void dbl_cancel_sleep(dblock_client *cl, int64_t us);
 
 /* Reaper thread. */
 int dbl_reaper_start(dblock_client *cl);
+
+/* ---- the wait queue (queue.c) ---- */
+/* 1 if this client's strategy and dialect have a wait queue. */
+int dbl_queue_possible(const dblock_client *cl);
+/* 1 if wake-ups reach this client now (its listener is listening); the
+ * first call starts the listener, so the first waiter of a client polls. */
+int dbl_queue_ready(dblock_client *cl);
+/* The client's notification channel ("" before the listener exists). */
+const char *dbl_queue_channel(const dblock_client *cl);
+/* Sleeps up to ms or until ticket's turn is announced (returns 1), or a
+ * cancel or closing (0). */
+int dbl_queue_sleep(dblock_client *cl, int64_t ticket, int64_t ms);
+/* Drops a ticket of a waiter that gave up (best effort: a ticket nobody
+ * refreshes dies by itself). */
+void dbl_queue_leave(dblock_client *cl, int64_t ticket);
+/* Stops the listener (dblock_client_free). */
+void dbl_queue_stop(dblock_client *cl);
+/* Statements the listener sent; caller holds mu. */
+uint64_t dbl_queue_trips(const dblock_client *cl);
 
 #endif

@@ -53,6 +53,50 @@ static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
 /* How long a polling waiter keeps its backoff short (see the wait loop). */
 #define FAST_PHASE_MS 2000
 
+/* The wait queue (queue.c). A ticket stays alive for ALIVE_MS after each
+ * attempt of its waiter (never longer than the lease: in fair mode a dead
+ * waiter holds the line that long), and a queued waiter that hears nothing
+ * polls four times per window — the safety net under lost notifications,
+ * and what finds a lease that ran out without a release. A turn handed to
+ * a waiter lasts TURN_MS (fair mode: the alive window), so a waiter that
+ * died with its turn delays the name that long at most. */
+#define ALIVE_MS 1000
+#define TURN_MS 100
+
+static int64_t queue_alive_ms(const dblock_client *cl, const struct dbl_held *h) {
+  int64_t a = 4 * cl->opts.backoff_max_ms > ALIVE_MS ? 4 * cl->opts.backoff_max_ms : ALIVE_MS;
+  return h->lease_ms > 0 && h->lease_ms < a ? h->lease_ms : a;
+}
+
+/* Names this client found held lately: a blocking acquire of one of them
+ * queues with its first attempt (so that a name passed around under
+ * contention costs no extra statement per grant), any other only after a
+ * busy answer (so that an uncontended cycle runs the plain statement). */
+#define BUSY_HINT_MS 1000
+
+static int busy_lately(dblock_client *cl, uint64_t hash) {
+  size_t i = hash % (sizeof cl->busy_hint / sizeof cl->busy_hint[0]);
+  int yes;
+  dbl_lock(cl);
+  yes = cl->busy_hint[i].hash == hash && dbl_mono_ms() - cl->busy_hint[i].at_ms < BUSY_HINT_MS;
+  dbl_unlock(cl);
+  return yes;
+}
+
+static void busy_seen(dblock_client *cl, uint64_t hash) {
+  size_t i = hash % (sizeof cl->busy_hint / sizeof cl->busy_hint[0]);
+  dbl_lock(cl);
+  cl->busy_hint[i].hash = hash;
+  cl->busy_hint[i].at_ms = dbl_mono_ms();
+  dbl_unlock(cl);
+}
+
+/* What an attempt needs to know of the caller's place in the queue. */
+typedef struct queue_place {
+  int64_t ticket; /* 0: none */
+  int queued;     /* run the queued statement (take or keep a ticket) */
+} queue_place;
+
 /* Sets up the scratch entry of a fresh (not reentrant) acquire of name by
  * thread: the caller's lease (0: the client's; none for for_update) and
  * whether the watchdog renews it. */
@@ -117,7 +161,8 @@ static int64_t attempt_bound(dblock_client *cl, const struct dbl_held *h, int64_
  * side. */
 static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h, dbl_op *op,
                             int reentrant, int attempt_no, int64_t wait_ms, uint64_t hash,
-                            int64_t *sent, dbl_err *e) {
+                            queue_place *qp, int64_t *sent, dbl_err *e) {
+  int rc;
   *sent = dbl_mono_ms();
   dbl_call_bound(cl, pc, attempt_bound(cl, h, *sent, wait_ms));
   dbl_op_init(op, cl, pc, h, e);
@@ -125,13 +170,23 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   op->attempt = attempt_no;
   if (cl->strat->version_hints)
     op->version_hint = reentrant ? h->version : hint_get(cl, hash);
-  return dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
+  op->q.ticket = qp->ticket;
+  op->q.fair = cl->opts.fair;
+  if (qp->queued) {
+    int64_t alive = queue_alive_ms(cl, h);
+    op->q.channel = dbl_queue_channel(cl);
+    op->q.alive_us = alive * 1000;
+    op->q.turn_us = (cl->opts.fair || alive < TURN_MS ? alive : TURN_MS) * 1000;
+  }
+  rc = dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
+  qp->ticket = op->q.ticket;
+  return rc;
 }
 
 /* One attempt on a borrowed connection. For for_update a grant keeps the
  * connection pinned in h; otherwise it goes back to the pool. */
-static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
-                   int attempt_no, int64_t wait_ms, uint64_t hash, int *taken, dbl_err *e) {
+static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int attempt_no,
+                   int64_t wait_ms, uint64_t hash, queue_place *qp, int *taken, dbl_err *e) {
   dbl_pconn *pc;
   dbl_op op;
   int rc, pins = cl->strat->pins_connection, slot = -1;
@@ -155,7 +210,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
   /* (A cancel that came before the registration found no slot: look at
    * the flag after it — one side always sees the other.) */
   if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
-  else rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, &sent, e);
+  else rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
   /* The server may have lost unflushed state since the epoch was vouched
    * for (a crash, a promotion): bump it durably and ask again, once. */
   if (rc != 0 && rc != DBLOCK_ECANCELED && dbl_no_epoch(e) && !dbl_cancelled(cl)) {
@@ -164,7 +219,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant,
       dbl_log(cl, DBLOCK_LOG_INFO,
               "the server may have lost unflushed state (crash-restart or promotion): "
               "fencing epoch advanced");
-      rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, &sent, e);
+      rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
     }
   }
   if (dbl_cancel_unwatch(cl, slot, pc)) {
@@ -213,6 +268,7 @@ typedef struct acq {
   uint64_t hash;
   struct dbl_held *h;    /* the scratch entry the attempts fill */
   struct dbl_held *mine; /* this owner's live entry (a reentrant acquire) */
+  queue_place q;         /* this call's place in the wait queue */
   dbl_err e;
 } acq;
 
@@ -323,9 +379,15 @@ static int acquire_wait(acq *a) {
       if (a->wait_ms > 0 && server_wait < 1) server_wait = 1;
       if (server_wait > cl->opts.call_timeout_ms) server_wait = cl->opts.call_timeout_ms;
     }
-    rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &taken, &a->e);
+    /* A blocking waiter queues (and keeps its ticket) where wake-ups can
+     * reach it, and always in fair mode; a try never does. */
+    a->q.queued = a->wait_ms != 0 && !a->reentrant && dbl_queue_possible(cl) &&
+                  (a->q.ticket || cl->opts.fair ||
+                   ((a->tries > 0 || busy_lately(cl, a->hash)) && dbl_queue_ready(cl)));
+    rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->tries++;
     if (rc != DBLOCK_EBUSY) return rc;
+    if (dbl_queue_possible(cl)) busy_seen(cl, a->hash);
     /* (a lock wait or a deadlock is no "another owner" answer: taken 0) */
     if (a->reentrant && taken) {
       acquire_outer_lost(a);
@@ -334,7 +396,15 @@ static int acquire_wait(acq *a) {
     if (a->wait_ms == 0) return rc;
     now = dbl_mono_ms();
     if (a->wait_ms > 0 && now >= deadline) return DBLOCK_ETIMEOUT;
-    if (!cl->strat->pins_connection) backoff(a, now, deadline, &cap_ms);
+    if (a->q.ticket && dbl_queue_ready(cl)) {
+      /* Queued: a release that hands us the name wakes us; poll now and
+       * then all the same. */
+      int64_t ms = queue_alive_ms(cl, a->h) / 4;
+      if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
+      dbl_queue_sleep(cl, a->q.ticket, ms);
+    } else if (!cl->strat->pins_connection) {
+      backoff(a, now, deadline, &cap_ms);
+    }
   }
 }
 
@@ -444,6 +514,8 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   } else if ((rc = acquire_enter(&a, &local)) == 0) {
     a.started = dbl_mono_ms();
     rc = acquire_wait(&a);
+    /* (a grant took its ticket out of the queue in the same statement) */
+    if (a.q.ticket) dbl_queue_leave(cl, a.q.ticket);
     dbl_lock(cl);
     if (rc != 0) rc = acquire_fail(&a, rc);
     else local = acquire_publish(&a), a.h = NULL;

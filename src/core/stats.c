@@ -35,6 +35,7 @@ int dblock_client_stats(const dblock_client *cl, dblock_stats *out, size_t size)
   GET(connects);
   GET(disconnects);
   GET(wait_ms_sum);
+  GET(wakeups);
 #undef GET
   for (int i = 0; i < DBLOCK_STATS_WAIT_BUCKETS; i++)
     s.wait_ms[i] = atomic_load_explicit(&c->stats.wait_ms[i], memory_order_relaxed);
@@ -71,6 +72,7 @@ int dblock_stats_openmetrics(char *buf, size_t size, const dblock_stats *s) {
       {"losses", "Held locks lost.", offsetof(dblock_stats, losses)},
       {"connects", "Database connections opened.", offsetof(dblock_stats, connects)},
       {"disconnects", "Database connections lost or cut.", offsetof(dblock_stats, disconnects)},
+      {"wakeups", "Waiters woken by a release's notification.", offsetof(dblock_stats, wakeups)},
   };
   size_t len = 0;
   uint64_t cum = 0;

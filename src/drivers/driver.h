@@ -22,7 +22,7 @@
 #include "../core/url.h"
 #include "dblock.h"
 
-#define DBL_DRIVER_VERSION 5
+#define DBL_DRIVER_VERSION 6
 
 typedef enum dbl_dialect { DBL_PG = 1, DBL_MY = 2, DBL_LITE = 3 } dbl_dialect;
 
@@ -186,6 +186,16 @@ typedef struct dbl_driver {
   /* 1: a connection keeps autocommit off after lock_begin, so a statement
    * run on it outside a lock transaction must be committed. */
   int lock_manual_commit;
+  /* ---- version 6 ---- */
+  /* Subscribes this connection to notifications on channel ([a-z0-9_],
+   * at most 63 bytes), for the wait queue's wake-ups. NULL: the backend
+   * has no notifications (the waiters only poll). */
+  int (*listen)(dbl_conn *c, const char *channel, dbl_err *e);
+  /* Waits up to timeout_ms for notifications on a listening connection
+   * and calls got(payload, arg) for each one received; returns 0 (also
+   * when none came) or DBLOCK_ECONN when the connection broke. */
+  int (*await_notify)(dbl_conn *c, int64_t timeout_ms,
+                      void (*got)(const char *payload, void *arg), void *arg, dbl_err *e);
 } dbl_driver;
 
 extern const dbl_driver dbl_driver_pg;

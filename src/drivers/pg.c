@@ -6,6 +6,7 @@
  * round trip through libpq's pipeline mode (PostgreSQL 14+ servers; the
  * for_update strategy sends BEGIN, its lock wait and the SELECT together).
  */
+#include <errno.h>
 #include <libpq-fe.h>
 #include <poll.h>
 #include <stdio.h>
@@ -158,7 +159,7 @@ static int to_pg(const dbl_param *p, int np, const char **vals, int *lens,
   return 0;
 }
 
-#define PG_MAX_PARAMS 24
+#define PG_MAX_PARAMS 40
 
 /* Returns the name of the prepared statement for sql, preparing it (one
  * round trip) the first time: parsing and planning dblock's statements on
@@ -600,6 +601,52 @@ static int pg_lock_begin(dbl_conn *c, int64_t wait_ms, const dbl_stmt *st, dbl_r
   return pg_pipeline(c, s, 4, res, e);
 }
 
+/* LISTEN on a connection of its own (queue.c): the channel is made by the
+ * core from [a-z0-9_] only, so quoting it is enough. */
+static int pg_listen(dbl_conn *c, const char *channel, dbl_err *e) {
+  char sql[96];
+  for (const char *s = channel; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+      return dbl_err_set(e, DBLOCK_EINVAL, "", 0, "bad notification channel");
+  if (strlen(channel) > 63)
+    return dbl_err_set(e, DBLOCK_EINVAL, "", 0, "notification channel too long");
+  snprintf(sql, sizeof sql, "LISTEN \"%s\"", channel);
+  return pg_script(c, sql, e);
+}
+
+/* Hands every notification libpq has read to got. */
+static int drain_notifies(dbl_conn *c, void (*got)(const char *, void *), void *arg) {
+  PGnotify *n;
+  int k = 0;
+  while ((n = PQnotifies(c->pg)) != NULL) {
+    got(n->extra, arg);
+    PQfreemem(n);
+    k++;
+  }
+  return k;
+}
+
+static int pg_await_notify(dbl_conn *c, int64_t timeout_ms,
+                           void (*got)(const char *payload, void *arg), void *arg,
+                           dbl_err *e) {
+  struct pollfd p = {.fd = PQsocket(c->pg), .events = POLLIN};
+  int n;
+  if (p.fd < 0 || pg_broken(c))
+    return dbl_err_set(e, DBLOCK_ECONN, "08006", 0, "listener connection is closed");
+  if (drain_notifies(c, got, arg) > 0) return 0;
+  n = poll(&p, 1, (int)timeout_ms);
+  if (n < 0) return errno == EINTR ? 0 : dbl_err_set(e, DBLOCK_ECONN, "08006", 0, "poll failed");
+  if (n == 0) return 0;
+  /* Readable: notifications, or the end of the connection. */
+  if (!PQconsumeInput(c->pg) || PQstatus(c->pg) == CONNECTION_BAD) {
+    c->dead = 1;
+    return dbl_err_set(e, DBLOCK_ECONN, "08006", 0, "listener connection lost: %s",
+                       PQerrorMessage(c->pg));
+  }
+  drain_notifies(c, got, arg);
+  return 0;
+}
+
 const dbl_driver dbl_driver_pg = {
     .version = DBL_DRIVER_VERSION,
     .name = "postgres",
@@ -623,4 +670,6 @@ const dbl_driver dbl_driver_pg = {
     .lock_begin = pg_lock_begin,
     .idle_guard = pg_idle_guard,
     .probe = pg_probe,
+    .listen = pg_listen,
+    .await_notify = pg_await_notify,
 };

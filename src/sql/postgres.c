@@ -13,56 +13,145 @@
 #define MINE_PG "(l.state = 1 AND l.expires_at > statement_timestamp() " \
                 "AND l.owner_token = ? AND l.owner_thread = ?::int8 AND ?::int4 = 1)"
 
-static const char INSERT_ACQUIRE[] =
-    "INSERT INTO ${schema}.${table} AS l (name, strategy, state, version, "
-    "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "
-    "acquired_at, renewed_at, expires_at) "
-    "VALUES (?, 'insert', 1, 1, ?, ?::int8, ?::int8, ?, 1, "
-    DBL_PG_NEXT_FENCE ", statement_timestamp(), "
-    "statement_timestamp(), statement_timestamp() + ?::int8 * interval '1 microsecond') "
-    "ON CONFLICT (name) DO UPDATE SET "
-    "hold_count = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "
-    "  AND ?::int4 = 1 THEN l.hold_count + 1 ELSE 1 END, "
-    "fence = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "
-    "  AND ?::int4 = 1 THEN l.fence ELSE GREATEST(l.fence + 1, excluded.fence) END, "
-    "acquired_at = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "
-    "  AND ?::int4 = 1 THEN l.acquired_at ELSE excluded.acquired_at END, "
-    "strategy = 'insert', state = 1, version = l.version + 1, "
-    "owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, "
-    "owner_thread = excluded.owner_thread, owner_token = excluded.owner_token, "
-    "renewed_at = excluded.renewed_at, expires_at = excluded.expires_at "
-    "WHERE l.strategy <> 'for_update' AND (l.state = 0 "
-    "  OR l.expires_at <= statement_timestamp() "
-    "  OR (l.owner_token = excluded.owner_token AND l.owner_thread = excluded.owner_thread)) "
-    "RETURNING fence, hold_count, (extract(epoch FROM expires_at) * 1000000)::int8, version";
+/* The wait queue (migration 0004): a name whose release gave the turn to
+ * a waiter's ticket is that ticket's until the turn runs out, so a
+ * newcomer (or the releaser coming straight back) does not take it in
+ * front of the waiter it was handed to; the oldest live turn wins. In fair
+ * mode every live ticket older than the caller's keeps it waiting, so the
+ * name goes in ticket order. Logical parameters: the caller's ticket
+ * (INT64_MAX for none) and the fair flag. Correlated to the row's name, so
+ * that it is evaluated per row (see fence.h on InitPlans). The queue only
+ * orders the waiters; exclusion stays with the row's own state test. */
+#define QUEUE_GUARD_PG                                                                \
+  "NOT EXISTS (SELECT 1 FROM ${schema}.${table}_queue q WHERE q.name = l.name "      \
+  "AND q.ticket < ?::int8 AND (q.turn_until > statement_timestamp() "                \
+  "OR (?::int4 = 1 AND q.alive_until > statement_timestamp())))"
+
+/* The row is this owner's live hold (a reentrant acquire; a row it left
+ * behind is taken afresh), or free or expired and nobody is ahead in the
+ * queue. */
+#define TAKEABLE_PG(tok, thr)                                                          \
+  "((l.state = 1 AND l.expires_at > statement_timestamp() AND l.owner_token = " tok   \
+  " AND l.owner_thread = " thr ") OR ((l.state = 0 OR l.expires_at <= "                \
+  "statement_timestamp()) AND " QUEUE_GUARD_PG "))"
+
+/* (The NOT EXISTS reads the row as of the statement's start and skips the
+ * INSERT when the row visibly keeps the caller out: ON CONFLICT DO UPDATE
+ * locks the conflicting row even when its WHERE then refuses, and a row
+ * lock is a WAL record, so every busy poll would cost a flushed commit —
+ * and hold the row against the waiter the name was just handed to. When
+ * it lets the INSERT through, the DO UPDATE's WHERE decides on the
+ * newest row as before.) */
+#define INSERT_ACQUIRE_BODY                                                            \
+    "INSERT INTO ${schema}.${table} AS l (name, strategy, state, version, "            \
+    "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "            \
+    "acquired_at, renewed_at, expires_at) "                                            \
+    "SELECT ?, 'insert', 1, 1, ?, ?::int8, ?::int8, ?, 1, "                             \
+    DBL_PG_NEXT_FENCE ", statement_timestamp(), "                                      \
+    "statement_timestamp(), statement_timestamp() + ?::int8 * interval '1 microsecond' " \
+    "WHERE NOT EXISTS (SELECT 1 FROM ${schema}.${table} AS l WHERE l.name = ? AND NOT "  \
+    TAKEABLE_PG("?", "?::int8") ") "                                                   \
+    "ON CONFLICT (name) DO UPDATE SET "                                                \
+    "hold_count = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "     \
+    "  AND ?::int4 = 1 THEN l.hold_count + 1 ELSE 1 END, "                             \
+    "fence = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "          \
+    "  AND ?::int4 = 1 THEN l.fence ELSE GREATEST(l.fence + 1, excluded.fence) END, "  \
+    "acquired_at = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "    \
+    "  AND ?::int4 = 1 THEN l.acquired_at ELSE excluded.acquired_at END, "             \
+    "strategy = 'insert', state = 1, version = l.version + 1, "                        \
+    "owner_host = excluded.owner_host, owner_pid = excluded.owner_pid, "               \
+    "owner_thread = excluded.owner_thread, owner_token = excluded.owner_token, "       \
+    "renewed_at = excluded.renewed_at, expires_at = excluded.expires_at "              \
+    "WHERE l.strategy <> 'for_update' AND "                                            \
+    TAKEABLE_PG("excluded.owner_token", "excluded.owner_thread") " "                   \
+    "RETURNING fence, hold_count, (extract(epoch FROM expires_at) * 1000000)::int8, version"
+
+static const char INSERT_ACQUIRE[] = INSERT_ACQUIRE_BODY;
+
+/* A blocking waiter's attempt (lock.c, queue.c): the grant as above, and
+ * in the same statement its ticket — dropped on a grant; else refreshed
+ * (alive for another window; a turn that ran out is given up, so a later
+ * release may give it another), or taken if it has none (join = 1). A
+ * busy answer is one row: the ticket (column 4), the row's strategy and
+ * whether the row itself keeps the caller out (held, or someone ahead) —
+ * so that a waiter learns all it needs from this one statement. Logical
+ * parameters after the plain statement's: the ticket (0: none), join, the
+ * client's channel, the alive window and the turn length in µs. */
+#define QUEUE_CTES_PG                                                                  \
+  "d AS (DELETE FROM ${schema}.${table}_queue WHERE ticket = ?::int8 "                 \
+  "AND EXISTS (SELECT 1 FROM g)), "                                                    \
+  "j AS (INSERT INTO ${schema}.${table}_queue (name, channel, turn_len, alive_until) "  \
+  "SELECT ?, ?, ?::int8 * interval '1 microsecond', "                                  \
+  "statement_timestamp() + ?::int8 * interval '1 microsecond' "                        \
+  "WHERE ?::int4 = 1 AND NOT EXISTS (SELECT 1 FROM g) AND NOT EXISTS "                  \
+  "(SELECT 1 FROM ${schema}.${table}_queue WHERE ticket = ?::int8) RETURNING ticket), " \
+  "r AS (UPDATE ${schema}.${table}_queue SET "                                          \
+  "alive_until = statement_timestamp() + ?::int8 * interval '1 microsecond', "          \
+  "turn_until = CASE WHEN turn_until <= statement_timestamp() THEN NULL "               \
+  "ELSE turn_until END WHERE ticket = ?::int8 AND NOT EXISTS (SELECT 1 FROM g) "        \
+  "RETURNING ticket), "                                                                 \
+  "s AS (SELECT l.strategy, (NOT " TAKEABLE_PG("?", "?::int8") ")::int AS busy "        \
+  "FROM ${schema}.${table} AS l WHERE l.name = ?) "                                     \
+  "SELECT fence, hold_count, expires, version, 0::int8, NULL::text, 0 FROM g "          \
+  "UNION ALL SELECT NULL, NULL, NULL, NULL, ticket, (SELECT strategy FROM s), "         \
+  "(SELECT busy FROM s) FROM j "                                                        \
+  "UNION ALL SELECT NULL, NULL, NULL, NULL, ticket, (SELECT strategy FROM s), "         \
+  "(SELECT busy FROM s) FROM r"
+
+static const char INSERT_QUEUED[] =
+    "WITH g (fence, hold_count, expires, version) AS (" INSERT_ACQUIRE_BODY "), "
+    QUEUE_CTES_PG;
 
 /* Release: the row goes back to free and keeps its fence (see above) and
  * its expiry (which tells the reaper when it may collect it). */
-static const char INSERT_FREE[] =
+/* A release hands the name to its oldest live waiter that has not had a
+ * turn, or whose turn is still running (it may have missed its chance to
+ * someone who slipped in — a statement that began before the turn was
+ * given — and sleeps: it is told again): a turn of that ticket's length,
+ * and a NOTIFY on its client's channel with the ticket (delivered at
+ * commit). Such a release commits without waiting for its flush: the
+ * waiter's grant follows at once and its flushed commit carries the
+ * release to disk with it (WAL is written in order), so a grant is never
+ * durable without the release before it. A crash in between loses the
+ * release, and the name is held by nobody alive until the lease ends —
+ * never by two. A release with nobody waiting is flushed as before. */
+#define NEXT_TURN_PG                                                                   \
+  "(w.turn_until IS NULL OR w.turn_until > statement_timestamp()) "                    \
+  "AND w.alive_until > statement_timestamp()"
+#define HAND_OFF_PG(upd)                                                               \
+  upd " RETURNING version, CASE WHEN EXISTS (SELECT 1 FROM ${schema}.${table}_queue q "   \
+  "WHERE q.name = ${table}.name) THEN ${schema}.${table}_hand_off(name) END"
+
+static const char INSERT_FREE[] = HAND_OFF_PG(
     "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ?::int8 AND fence = ?::int8 "
-    "AND state = 1";
+    "AND state = 1");
 
-static const char OPT_CAS[] =
-    "UPDATE ${schema}.${table} AS l SET "
-    "hold_count = CASE WHEN " MINE_PG " THEN l.hold_count + 1 ELSE 1 END, "
-    "fence = CASE WHEN " MINE_PG " THEN l.fence "
-    "  ELSE GREATEST(l.fence + 1, " DBL_PG_NEXT_FENCE ") END, "
-    "acquired_at = CASE WHEN " MINE_PG " THEN l.acquired_at ELSE statement_timestamp() END, "
-    "strategy = 'optimistic', state = 1, version = l.version + 1, "
-    "owner_host = ?, owner_pid = ?::int8, owner_thread = ?::int8, owner_token = ?, "
-    "renewed_at = statement_timestamp(), "
-    "expires_at = statement_timestamp() + ?::int8 * interval '1 microsecond' "
-    "WHERE l.name = ? AND (l.version = ?::int8 OR ?::int8 = -2) AND l.strategy <> 'for_update' "
-    "AND (l.state = 0 OR l.expires_at <= statement_timestamp() "
-    "  OR (l.owner_token = ? AND l.owner_thread = ?::int8)) "
-    "RETURNING fence, hold_count, (extract(epoch FROM expires_at) * 1000000)::int8, version";
+#define OPT_CAS_BODY                                                                   \
+    "UPDATE ${schema}.${table} AS l SET "                                              \
+    "hold_count = CASE WHEN " MINE_PG " THEN l.hold_count + 1 ELSE 1 END, "           \
+    "fence = CASE WHEN " MINE_PG " THEN l.fence "                                      \
+    "  ELSE GREATEST(l.fence + 1, " DBL_PG_NEXT_FENCE ") END, "                         \
+    "acquired_at = CASE WHEN " MINE_PG " THEN l.acquired_at ELSE statement_timestamp() END, " \
+    "strategy = 'optimistic', state = 1, version = l.version + 1, "                     \
+    "owner_host = ?, owner_pid = ?::int8, owner_thread = ?::int8, owner_token = ?, "    \
+    "renewed_at = statement_timestamp(), "                                              \
+    "expires_at = statement_timestamp() + ?::int8 * interval '1 microsecond' "          \
+    "WHERE l.name = ? AND (l.version = ?::int8 OR ?::int8 = -2) AND l.strategy <> 'for_update' " \
+    "AND " TAKEABLE_PG("?", "?::int8") " "                                              \
+    "RETURNING fence, hold_count, (extract(epoch FROM expires_at) * 1000000)::int8, version"
 
-/* Reading the row: version, whether someone else holds it now, strategy. */
+static const char OPT_CAS[] = OPT_CAS_BODY;
+
+static const char OPT_QUEUED[] =
+    "WITH g (fence, hold_count, expires, version) AS (" OPT_CAS_BODY "), "
+    QUEUE_CTES_PG;
+
+/* Reading the row: version, whether it keeps this owner out (held by
+ * another, or someone ahead in the wait queue), strategy. */
 static const char OPT_READ[] =
-    "SELECT version, (state = 1 AND expires_at > statement_timestamp() AND NOT "
-    "(owner_token = ? AND owner_thread = ?::int8))::int, strategy "
-    "FROM ${schema}.${table} WHERE name = ?";
+    "SELECT l.version, (NOT " TAKEABLE_PG("?", "?::int8") ")::int, l.strategy "
+    "FROM ${schema}.${table} AS l WHERE l.name = ?";
 
 /* Creating a missing row, free, at version 0. */
 static const char OPT_CREATE[] =
@@ -73,10 +162,10 @@ static const char OPT_CREATE[] =
  * changes, so PostgreSQL can update the row in place (a HOT update, no
  * index writes). A free row's old expiry only tells the reaper when it may
  * delete it. */
-static const char OPT_FREE[] =
+static const char OPT_FREE[] = HAND_OFF_PG(
     "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ?::int8 "
-    "AND fence = ?::int8 AND state = 1 RETURNING version";
+    "AND fence = ?::int8 AND state = 1");
 
 static const char FU_TAKE[] =
     "UPDATE ${schema}.${table} SET "
@@ -93,6 +182,24 @@ static const char FU_TAKE[] =
 static const char FU_CREATE[] =
     "INSERT INTO ${schema}.${table} (name, strategy, state, version) "
     "VALUES (?, 'for_update', 0, 0) ON CONFLICT (name) DO NOTHING";
+
+/* A waiter that gives up (timed out, cancelled, failed) drops its ticket;
+ * if the name was handed to it, the turn passes on as a release would pass
+ * it. Params: ticket. */
+static const char QUEUE_LEAVE[] =
+    "WITH x AS (DELETE FROM ${schema}.${table}_queue WHERE ticket = ?::int8 "
+    "RETURNING ticket, name, turn_until > statement_timestamp() AS had_turn), "
+    "n AS (UPDATE ${schema}.${table}_queue q SET "
+    "turn_until = statement_timestamp() + q.turn_len, "
+    "alive_until = GREATEST(q.alive_until, statement_timestamp() + q.turn_len) "
+    "WHERE q.ticket = (SELECT w.ticket FROM ${schema}.${table}_queue w JOIN x "
+    "ON w.name = x.name AND w.ticket <> x.ticket AND x.had_turn WHERE " NEXT_TURN_PG " ORDER BY w.ticket LIMIT 1) "
+    "RETURNING pg_notify(q.channel, q.ticket::text)) "
+    "SELECT (SELECT count(*) FROM n) FROM x";
+/* Dead tickets (their waiter stopped refreshing them). Params: grace µs. */
+static const char QUEUE_REAP[] =
+    "DELETE FROM ${schema}.${table}_queue WHERE alive_until < statement_timestamp() "
+    "- ?::int8 * interval '1 microsecond'";
 
 /* ---- renew: extend expires_at from the server's now ---- */
 static const char LEASE_RENEW[] =
@@ -204,11 +311,13 @@ static const char EPOCH_VOUCH[] =
     "ON CONFLICT (id) DO UPDATE SET epoch = GREATEST(${table}_alive.epoch, excluded.epoch)";
 
 const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
-    [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "012345666", 1, {0, 1, 2, 3}},
-    [DBL_S_INSERT_FREE] = {INSERT_FREE, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "0123450437866678", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "012345043786667890bdca9c943780", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_FREE] = {INSERT_FREE, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_OPT_FREE] = {OPT_FREE, NULL, 1, DBL_OUT_VERSION(0)},
-    [DBL_S_OPT_CAS] = {OPT_CAS, "0120120123410567701", 1, {0, 1, 2, 3}},
-    [DBL_S_OPT_READ] = {OPT_READ, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_OPT_CAS] = {OPT_CAS, "012012012341056770189", 1, {0, 1, 2, 3}},
+    [DBL_S_OPT_QUEUED] = {OPT_QUEUED, "012012012341056770189a6cedbada01896", 1, {0, 1, 2, 3}},
+    [DBL_S_OPT_READ] = {OPT_READ, "01342", 1, DBL_OUT_NONE},
     [DBL_S_OPT_CREATE] = {OPT_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_CREATE] = {FU_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_TAKE] = {FU_TAKE, NULL, 1, {0, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
@@ -230,6 +339,8 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_DROP_GRANT] = {DROP_GRANT, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP] = {REAP, "010", 0, DBL_OUT_NONE},
     [DBL_S_SERVER_NOW] = {NULL, NULL, 0, DBL_OUT_NONE}, /* RETURNING gives the expiry */
+    [DBL_S_QUEUE_LEAVE] = {QUEUE_LEAVE, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_QUEUE_REAP] = {QUEUE_REAP, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_LIST] = {MIG_LIST, NULL, 1, DBL_OUT_NONE},
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},

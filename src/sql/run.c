@@ -6,10 +6,10 @@
 
 #include "stmt.h"
 
-#define MAX_BIND 24
+#define MAX_BIND 40
 
 /* The positional parameters of statement d: lp as is, or as d->bind
- * orders them (into p). Returns the array to send; *n its length. */
+ * orders them (into p; '0'-'9' name parameters 0-9, 'a'-'z' 10-35). Returns the array to send; *n its length. */
 static const dbl_param *bind(const dbl_sqldef *d, const dbl_param *lp, int nlp, dbl_param *p,
                              int *n) {
   if (!d->bind) {
@@ -17,7 +17,8 @@ static const dbl_param *bind(const dbl_sqldef *d, const dbl_param *lp, int nlp, 
     return lp;
   }
   for (*n = 0; d->bind[*n] && *n < MAX_BIND; (*n)++) {
-    int k = d->bind[*n] - '0';
+    char c = d->bind[*n];
+    int k = c >= 'a' ? c - 'a' + 10 : c - '0';
     if (k < 0 || k >= nlp) return NULL; /* a table entry that does not fit its callers */
     p[*n] = lp[k];
   }

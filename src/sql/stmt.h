@@ -11,7 +11,7 @@
  *
  * Parameters: a strategy passes each value once, in the order listed for
  * the statement below (its "logical" parameters); a dialect that needs one
- * value at several `?` (or in another order) says so in `bind`, one digit
+ * value at several `?` (or in another order) says so in `bind`, one character
  * per `?` naming the logical parameter. NULL: the `?` take the logical
  * parameters in order.
  *
@@ -33,6 +33,14 @@ typedef enum dbl_sid {
   /* insert strategy. Params: name, host, pid, thread, token, lease µs,
    * reentrant flag. Out: the grant. Count 0 = busy. */
   DBL_S_INSERT_ACQUIRE,
+  /* The same for a blocking waiter, with its place in the wait queue
+   * (only where the dialect has one, see queue.c). Params: INSERT_ACQUIRE's,
+   * then the caller's ticket or INT64_MAX and the fair flag (these two
+   * also for INSERT_ACQUIRE), then the ticket (0: none), join flag, the
+   * client's notification channel, alive window µs, turn length µs. Out:
+   * the grant, or (busy) one row: column 4 the ticket, 5 the row's
+   * strategy, 6 whether the row keeps the caller out (see OPT_READ). */
+  DBL_S_INSERT_QUEUED,
   /* insert / optimistic release (final). Params: name, token, thread,
    * fence. Out: version (OPT_FREE, when the dialect can say). Count 1 =
    * freed. */
@@ -41,8 +49,13 @@ typedef enum dbl_sid {
   /* optimistic compare-and-set. Params: token, thread, reentrant flag,
    * host, pid, lease µs, name, version (-2: any). Out: the grant. */
   DBL_S_OPT_CAS,
-  /* optimistic: read a row. Params: token, thread, name. Columns: version,
-   * held by another owner (0/1), strategy. */
+  /* (with the queue parameters as for INSERT_QUEUED after version: before,
+   * fair for both; ticket, join, channel, alive, turn for QUEUED) */
+  DBL_S_OPT_QUEUED,
+  /* optimistic: read a row. Params: token, thread, name, then the queue's
+   * before-ticket and fair flag (as for INSERT_ACQUIRE). Columns: version,
+   * kept out (0/1: held by another owner, or someone ahead in the wait
+   * queue), strategy. */
   DBL_S_OPT_READ,
   /* create a missing row, free. Params: name. */
   DBL_S_OPT_CREATE,
@@ -89,6 +102,10 @@ typedef enum dbl_sid {
   DBL_S_INFO_ALL,
   /* force-unlock. Params: name. Out: the new fence. Count 1 = done. */
   DBL_S_FORCE,
+  /* the wait queue: drop a ticket (params: ticket), and the reaper's
+   * sweep of dead tickets (params: grace µs). NULL: no queue. */
+  DBL_S_QUEUE_LEAVE,
+  DBL_S_QUEUE_REAP,
   /* forget a free name. Params: name. Count 1 = deleted. */
   DBL_S_FORGET,
   /* release another process's grant. Params: name, token, thread, fence. */
@@ -123,7 +140,7 @@ enum { DBL_O_FENCE, DBL_O_HOLDS, DBL_O_EXPIRES, DBL_O_VERSION, DBL_O_COUNT };
 
 typedef struct dbl_sqldef {
   const char *sql;  /* template; NULL: not run on this dialect */
-  const char *bind; /* logical parameter per `?` ("0122"); NULL: in order */
+  const char *bind; /* logical parameter per `?` ("0122", "a" = 10); NULL: in order */
   int count_rows;   /* count = rows returned; 0: affected rows */
   /* out[slot]: DBL_FROM_* or a column. All zero-initialised entries would
    * read column 0, so every table entry spells its slots out (DBL_OUT_*). */

@@ -23,9 +23,10 @@
 #include "lease.h"
 
 static int insert_acquire(dbl_op *op, int64_t wait_ms) {
-  dbl_param p[7];
+  dbl_param p[14];
   dbl_out o;
-  int rc, other;
+  char row[16] = "";
+  int rc, other, n, queued = op->q.channel != NULL;
   (void)wait_ms;
   p[0] = DBL_TEXT(op->name, op->name_len);
   p[1] = DBL_STR(op->host);
@@ -34,11 +35,16 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
   p[4] = DBL_STR(op->token);
   p[5] = DBL_I64(op->lease_ms * 1000);
   p[6] = DBL_I64(op->reentrant ? 1 : 0);
-  if ((rc = dbl_run(op, DBL_S_INSERT_ACQUIRE, p, 7, &o, 0)) != 0) return rc;
-  if (o.count == 0) {
+  n = 7 + dbl_queue_params(op, p + 7);
+  if ((rc = dbl_run(op, queued ? DBL_S_INSERT_QUEUED : DBL_S_INSERT_ACQUIRE, p, n, &o,
+                    queued)) != 0)
+    return rc;
+  if (queued ? dbl_queue_answer(op, &o, row, sizeof row) : o.count == 0) {
     /* Say "another strategy" rather than "busy" when that is the reason;
-     * checked once per acquire call, not on every poll. */
-    if (op->attempt == 0 && (rc = dbl_row_strategy_is(op, "insert", &other)) == 0 && other)
+     * checked once per acquire call, not on every poll (a queued answer
+     * names the row's strategy: asked only when it is not ours). */
+    if (op->attempt == 0 && (!queued || strcmp(row, "for_update") == 0) &&
+        (rc = dbl_row_strategy_is(op, "insert", &other)) == 0 && other)
       return DBLOCK_EMISMATCH;
     op->taken = 1;
     return DBLOCK_EBUSY;

@@ -103,6 +103,29 @@ int dbl_lease_released(dbl_op *op) {
   return 0;
 }
 
+int dbl_queue_params(const dbl_op *op, dbl_param *p) {
+  p[0] = DBL_I64(op->q.ticket ? op->q.ticket : INT64_MAX);
+  p[1] = DBL_I64(op->q.fair);
+  if (!op->q.channel) return 2;
+  p[2] = DBL_I64(op->q.ticket);
+  p[3] = DBL_I64(1);
+  p[4] = DBL_STR(op->q.channel);
+  p[5] = DBL_I64(op->q.alive_us);
+  p[6] = DBL_I64(op->q.turn_us);
+  return 7;
+}
+
+int dbl_queue_answer(dbl_op *op, dbl_out *o, char *strategy, size_t size) {
+  int64_t t = o->res.nrows == 1 ? dbl_res_i64(&o->res, 0, 4) : 0;
+  int busy = t > 0 || o->count == 0;
+  const char *st = t > 0 ? dbl_res_get(&o->res, 0, 5) : NULL;
+  op->q.ticket = t > 0 ? t : 0;
+  op->q.kept_out = t > 0 ? dbl_res_i64(&o->res, 0, 6) != 0 : 1;
+  if (strategy) snprintf(strategy, size, "%s", st ? st : "");
+  dbl_res_clear(&o->res);
+  return busy;
+}
+
 /* Is the row for this name owned by another strategy? Used only after an
  * attempt failed, to turn "busy" into a clear mismatch error. */
 int dbl_row_strategy_is(dbl_op *op, const char *strategy, int *is_other) {

@@ -30,6 +30,16 @@ void dbl_take_grant(dbl_op *op, const dbl_out *o, int64_t version);
 void dbl_owner_params(const dbl_op *op, dbl_param *p);
 /* Server now + lease, for backends whose UPDATE cannot return it. */
 int64_t dbl_estimate_expiry(const dbl_op *op);
+/* Appends the wait queue's logical parameters to an acquire statement's
+ * (stmt.h: before-ticket and fair; with op->q.channel also ticket, join,
+ * channel, alive, turn) and returns how many. */
+int dbl_queue_params(const dbl_op *op, dbl_param *p);
+/* Reads a queued statement's answer (run with keep; clears o->res):
+ * 1 if busy — op->q.ticket is the caller's ticket, op->q.kept_out whether
+ * the row keeps it out, and *strategy (if not NULL) gets the row's
+ * strategy when the row exists, else "" — 0 if granted (the ticket is
+ * gone with it). */
+int dbl_queue_answer(dbl_op *op, dbl_out *o, char *strategy, size_t size);
 /* Owner-checked lease renewal: 0 or DBLOCK_ELOST. */
 int dbl_lease_renew(dbl_op *op);
 /* Owner-checked release of an inner reentrant hold: 0 or DBLOCK_ELOST. */

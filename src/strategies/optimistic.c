@@ -24,11 +24,12 @@
 #include "lease.h"
 
 /* One compare-and-set at version v. Returns 0 (granted), DBLOCK_EBUSY (no
- * row matched), or an error. */
-static int cas(dbl_op *op, int64_t v) {
-  dbl_param p[8];
+ * row matched), or an error. A queued CAS (op->q.channel) also names the
+ * row's strategy in row ("" when there is no row). */
+static int cas(dbl_op *op, int64_t v, char *row, size_t size) {
+  dbl_param p[15];
   dbl_out o;
-  int rc;
+  int rc, n, queued = op->q.channel != NULL;
   p[0] = DBL_STR(op->token);
   p[1] = DBL_I64(op->thread);
   p[2] = DBL_I64(op->reentrant ? 1 : 0);
@@ -37,8 +38,11 @@ static int cas(dbl_op *op, int64_t v) {
   p[5] = DBL_I64(op->lease_ms * 1000);
   p[6] = DBL_TEXT(op->name, op->name_len);
   p[7] = DBL_I64(v);
-  if ((rc = dbl_run(op, DBL_S_OPT_CAS, p, 8, &o, 0)) != 0) return rc;
-  if (o.count != 1) return DBLOCK_EBUSY;
+  n = 8 + dbl_queue_params(op, p + 8);
+  row[0] = 0;
+  if ((rc = dbl_run(op, queued ? DBL_S_OPT_QUEUED : DBL_S_OPT_CAS, p, n, &o, queued)) != 0)
+    return rc;
+  if (queued ? dbl_queue_answer(op, &o, row, size) : o.count != 1) return DBLOCK_EBUSY;
   /* (a dialect that cannot return the version: the CAS moved it by one) */
   dbl_take_grant(op, &o, v + 1);
   return 0;
@@ -47,14 +51,15 @@ static int cas(dbl_op *op, int64_t v) {
 /* Reads the row's version and whether another owner holds it, creating
  * the row if missing. */
 static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
-  dbl_param p[3];
+  dbl_param p[5];
   dbl_out o;
   int rc;
   const char *strategy;
   p[0] = DBL_STR(op->token);
   p[1] = DBL_I64(op->thread);
   p[2] = DBL_TEXT(op->name, op->name_len);
-  if ((rc = dbl_run(op, DBL_S_OPT_READ, p, 3, &o, 1)) != 0) return rc;
+  dbl_queue_params(op, p + 3); /* (the first two: who is ahead of us) */
+  if ((rc = dbl_run(op, DBL_S_OPT_READ, p, 5, &o, 1)) != 0) return rc;
   if (o.res.nrows == 0) {
     dbl_res_clear(&o.res);
     if ((rc = dbl_run(op, DBL_S_OPT_CREATE, p + 2, 1, &o, 0)) != 0) return rc;
@@ -87,6 +92,7 @@ static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
 
 static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
   int64_t v = op->version_hint;
+  char row[16];
   int rc, other;
   (void)wait_ms;
   /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
@@ -94,7 +100,17 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
    * trip per poll, during which a holder that releases and re-acquires at
    * once always wins (it knows its version) — that starved waiters. */
   if (v >= 0 || v == VERSION_ANY) {
-    if ((rc = cas(op, v)) != DBLOCK_EBUSY) return rc;
+    if ((rc = cas(op, v, row, sizeof row)) != DBLOCK_EBUSY) return rc;
+    /* A queued CAS says why it missed. Kept out (held, or someone ahead
+     * in the queue): wait. Not kept out: only the version was stale —
+     * take the free row at whatever version, at once. */
+    if (op->q.channel && row[0] && strcmp(row, "for_update") != 0) {
+      op->version_hint = VERSION_ANY;
+      if (!op->q.kept_out && (rc = cas(op, VERSION_ANY, row, sizeof row)) != DBLOCK_EBUSY)
+        return rc;
+      op->taken = 1;
+      return DBLOCK_EBUSY;
+    }
     /* Every 8th poll (and the first of a call) also reads the row: it may
      * have been deleted meanwhile (reaper, an insert-strategy release) and
      * need creating again, or have passed to another strategy. Reading
@@ -111,7 +127,7 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
       op->taken = 1;
       return DBLOCK_EBUSY;
     }
-    if ((rc = cas(op, v)) != DBLOCK_EBUSY) {
+    if ((rc = cas(op, v, row, sizeof row)) != DBLOCK_EBUSY) {
       if (rc == 0) op->version_hint = op->g.version;
       return rc;
     }

@@ -45,6 +45,19 @@ typedef struct dbl_op {
   int taken;              /* out: the acquire statement answered "another owner
                              holds it" (not a lock wait or a deadlock: those
                              are DBLOCK_EBUSY too, with taken 0) */
+  /* The wait queue (src/core/queue.c). In: the caller's ticket (0:
+   * none), fair mode, and — when channel is set — run the queued statement:
+   * take a ticket if this attempt fails (notified on channel), with this
+   * alive window and turn length (µs). Out: the ticket (0 after a grant,
+   * or when none is held), and on a busy queued answer whether the row
+   * itself keeps the caller out. */
+  struct {
+    int64_t ticket;
+    int fair;
+    const char *channel;
+    int64_t alive_us, turn_us;
+    int kept_out;
+  } q;
   dbl_err *e;
 } dbl_op;
 
