@@ -185,9 +185,8 @@ typedef struct dblock_options {
                                  and hosts (a ticket per waiter); a waiter
                                  that dies holds the line for at most
                                  min(1 s, lease). PostgreSQL with insert or
-                                 optimistic; for_update waits in the
-                                 server's own queue and ignores it; MariaDB
-                                 and SQLite: DBLOCK_EUNSUPPORTED at open. */
+                                 optimistic only: elsewhere (and with
+                                 for_update) DBLOCK_EUNSUPPORTED at open. */
 } dblock_options;
 
 #define DBLOCK_OPTIONS_INIT {.version = DBLOCK_OPTIONS_VERSION}

@@ -1009,6 +1009,199 @@ static void test_hostile_names(void **s) {
   dblock_client_free(b);
 }
 
+/* ---- the wait queue: push wake-up, hand-off, fair mode (DESIGN §6) ----
+ * PostgreSQL with insert and optimistic queue their blocking waiters and
+ * wake them on release. for_update waits in the server's own queue; the
+ * leased strategies on MariaDB and SQLite poll, and refuse fair mode. */
+
+/* A client whose polling is slow (backoff 5 s): a prompt grant can only
+ * come from a wake-up. */
+static dblock_client *cli_queue(int fair, int64_t backoff_ms) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.fair = fair;
+  o.backoff_min_ms = o.backoff_max_ms = backoff_ms;
+  return tu_open_opts(cur.url, &o);
+}
+
+/* The pairs without a queue refuse fair mode at open. */
+static int no_queue_refuses_fair(void) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_client *f = NULL;
+  if (leased() && is("postgres")) return 0;
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  o.fair = 1;
+  assert_int_equal(dblock_client_open(&f, cur.url, &o), DBLOCK_EUNSUPPORTED);
+  assert_null(f);
+  return 1;
+}
+
+/* Grant order across the threads of one test. */
+static atomic_int g_order;
+
+typedef struct qwaiter {
+  dblock_client *c;
+  const char *name;
+  int64_t hold_ms;
+  int rc, order;
+  int64_t got_at;
+} qwaiter;
+
+static void *queue_waiter(void *arg) {
+  qwaiter *w = arg;
+  dblock_lock *l = NULL;
+  w->rc = dblock_lock_acquire(&l, w->c, w->name, -1, 0);
+  w->got_at = tu_now_ms();
+  w->order = atomic_fetch_add(&g_order, 1);
+  if (w->rc == 0) {
+    tu_sleep_ms(w->hold_ms);
+    dblock_lock_release(l);
+  }
+  return NULL;
+}
+
+/* A waiter whose polls are 5 s apart gets the name within 300 ms of its
+ * release: the release woke it (stats.wakeups counts it). for_update is
+ * granted from the server's own wait as promptly (no wake-up counted).
+ * The leased strategies on MariaDB and SQLite poll (the test asserts that
+ * they refuse fair mode instead). */
+static void test_release_wakes_waiter(void **s) {
+  char name[128];
+  dblock_client *a, *b;
+  dblock_stats st;
+  qwaiter w;
+  pthread_t th;
+  dblock_lock *l;
+  int64_t t0;
+  (void)s;
+  if (leased() && no_queue_refuses_fair()) return;
+  a = cli(0);
+  b = cli_queue(0, 5000);
+  snprintf(name, sizeof name, "%s", tu_name("wake"));
+  l = tu_acquire(a, name, 0, 0);
+  w = (qwaiter){.c = b, .name = name, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, queue_waiter, &w), 0);
+  tu_sleep_ms(500); /* b asked, found it held, and sleeps */
+  t0 = tu_now_ms();
+  must_release(l);
+  pthread_join(th, NULL);
+  assert_int_equal(w.rc, 0);
+  print_message("wake-up %s/%s: granted %lld ms after the release\n", cur.backend,
+                dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
+  if (w.got_at - t0 > 300)
+    fail_msg("waiter granted %lld ms after the release (its polls are 5 s apart)",
+             (long long)(w.got_at - t0));
+  assert_int_equal(dblock_client_stats(b, &st, sizeof st), 0);
+  if (leased()) assert_true(st.wakeups >= 1);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* Three waiters queue in turn (w0 first); the holder releases and asks
+ * again at once. The name goes w0, w1, w2, and only then back to the
+ * holder: a release hands the name to the oldest waiter, and the releaser
+ * coming straight back queues behind them. (Before the queue the releaser
+ * took it straight back.) The pairs without a queue promise no order:
+ * there every one of them is granted in the end, and fair mode is
+ * refused. */
+static void test_release_hands_off_in_order(void **s) {
+  char name[128];
+  dblock_client *a, *c[3];
+  qwaiter w[3];
+  pthread_t th[3];
+  dblock_lock *l;
+  int mine, ordered = !no_queue_refuses_fair();
+  (void)s;
+  a = cli(0);
+  snprintf(name, sizeof name, "%s", tu_name("handoff"));
+  l = tu_acquire(a, name, 0, 0);
+  atomic_store(&g_order, 0);
+  for (int i = 0; i < 3; i++) {
+    c[i] = cli_queue(0, 0);
+    w[i] = (qwaiter){.c = c[i], .name = name, .hold_ms = 50, .rc = -99};
+    assert_int_equal(pthread_create(&th[i], NULL, queue_waiter, &w[i]), 0);
+    tu_sleep_ms(300); /* queued before the next one comes */
+  }
+  must_release(l);
+  l = tu_acquire(a, name, -1, 0);
+  mine = atomic_fetch_add(&g_order, 1);
+  must_release(l);
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(w[i].rc, 0);
+  }
+  print_message("hand-off %s/%s: order w0=%d w1=%d w2=%d releaser=%d\n", cur.backend,
+                dblock_strategy_name(cur.strategy), w[0].order, w[1].order, w[2].order, mine);
+  if (ordered && !(w[0].order == 0 && w[1].order == 1 && w[2].order == 2 && mine == 3))
+    fail_msg("grant order w0=%d w1=%d w2=%d releaser=%d (want 0 1 2 3)", w[0].order, w[1].order,
+             w[2].order, mine);
+  for (int i = 0; i < 3; i++) dblock_client_free(c[i]);
+  dblock_client_free(a);
+}
+
+/* Fair mode: a lease runs out without a release (nobody hands the name
+ * on). A newcomer's try finds it busy — a waiter is ahead — while without
+ * fair mode the try takes the free name; the waiter gets it by its next
+ * poll. A waiter that dies (its process killed) holds the line for at most
+ * its alive window: the next waiter is granted within 2.5 s. */
+static void test_fair_mode(void **s) {
+  char name[128];
+  dblock_client *a, *b, *n, *plain;
+  qwaiter w;
+  pthread_t th;
+  dblock_lock *l;
+  pid_t kid;
+  int64_t t0;
+  (void)s;
+  if (no_queue_refuses_fair()) return;
+  a = cli(0);
+  b = cli_queue(1, 1000); /* (polls at most once a second) */
+  n = cli_queue(1, 0);
+  plain = cli(0);
+  snprintf(name, sizeof name, "%s", tu_name("fair"));
+  assert_int_equal(dblock_lock_acquire(&l, a, name, 0, 300), 0); /* not renewed */
+  w = (qwaiter){.c = b, .name = name, .hold_ms = 300, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, queue_waiter, &w), 0);
+  tu_sleep_ms(400); /* the lease has run out; b holds a ticket */
+  /* (b may have polled its way in meanwhile: then it holds the name) */
+  assert_int_equal(tu_try(n, name), DBLOCK_EBUSY);
+  pthread_join(th, NULL);
+  assert_int_equal(w.rc, 0);
+  assert_int_equal(tu_try(plain, name), 0); /* (released by b: free again) */
+  dblock_lock_release(l); /* a's handle: lost long ago */
+  /* A waiter in another process, killed while queued. */
+  l = tu_acquire(plain, name, -1, 0);
+  kid = fork();
+  assert_true(kid >= 0);
+  if (kid == 0) {
+    dblock_client *k = cli_queue(1, 50);
+    dblock_lock *kl;
+    dblock_lock_acquire(&kl, k, name, -1, 0);
+    _exit(0);
+  }
+  tu_sleep_ms(500); /* the child is queued */
+  kill(kid, SIGKILL);
+  waitpid(kid, NULL, 0);
+  w = (qwaiter){.c = n, .name = name, .hold_ms = 0, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, queue_waiter, &w), 0);
+  tu_sleep_ms(100);
+  t0 = tu_now_ms();
+  must_release(l);
+  pthread_join(th, NULL);
+  assert_int_equal(w.rc, 0);
+  print_message("fair %s/%s: next waiter granted %lld ms after the release (a dead waiter "
+                "ahead)\n",
+                cur.backend, dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
+  if (w.got_at - t0 > 2500)
+    fail_msg("a dead waiter held the line for %lld ms", (long long)(w.got_at - t0));
+  dblock_client_free(a);
+  dblock_client_free(b);
+  dblock_client_free(n);
+  dblock_client_free(plain);
+}
+
 static int group_setup(void **state) {
   dblock_client *c = tu_open(cur.url, cur.strategy, cur.table, 0);
   (void)state;
@@ -1045,6 +1238,9 @@ int main(void) {
       cmocka_unit_test(test_release_waits_out_a_writer),
       cmocka_unit_test(test_round_trips),
       cmocka_unit_test(test_hostile_names),
+      cmocka_unit_test(test_release_wakes_waiter),
+      cmocka_unit_test(test_release_hands_off_in_order),
+      cmocka_unit_test(test_fair_mode),
   };
   static const dblock_strategy strategies[] = {
       DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE, DBLOCK_STRATEGY_OPTIMISTIC};

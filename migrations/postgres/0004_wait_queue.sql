@@ -30,7 +30,7 @@ LANGUAGE sql VOLATILE AS $$
                           AND (w.turn_until IS NULL OR w.turn_until > statement_timestamp())
                           AND w.alive_until > statement_timestamp()
                         ORDER BY w.ticket LIMIT 1)
-    RETURNING pg_notify(q.channel, q.ticket::text),
+    RETURNING CASE WHEN q.channel <> '' THEN pg_notify(q.channel, q.ticket::text) END,
               set_config('synchronous_commit', 'off', true))
   SELECT count(*) FROM n
 $$;

@@ -676,14 +676,15 @@ int dblock_client_open(dblock_client **out, const char *url,
   }
   cl->strat = dbl_strategy_by_id(cl->opts.strategy);
   if ((rc = expand_statements(cl)) != 0) goto err;
-  if (cl->opts.fair && !cl->strat->pins_connection && !dbl_queue_possible(cl)) {
+  if (cl->opts.fair && !dbl_queue_possible(cl)) {
     rc = dbl_failf(cl, DBLOCK_EUNSUPPORTED,
-                   "fair mode needs a wait queue, which only PostgreSQL has (for_update "
-                   "waits in the server's own queue on every backend)");
+                   "fair mode needs dblock's wait queue: PostgreSQL with the insert or "
+                   "optimistic strategy");
     goto err;
   }
   cl->pid = (int64_t)getpid();
   make_token(cl->token);
+  snprintf(cl->channel, sizeof cl->channel, "dblock_%.24s", cl->token);
   memset(&e, 0, sizeof e);
   /* Connect once now so a bad URL or password, a replica or a topology
    * the strategy cannot work on fails here (the lock table need not exist

@@ -81,6 +81,8 @@ struct dblock_client {
   char host[256];
   int64_t pid;
   char token[33];
+  char channel[40];      /* the wait queue's notification channel for this
+                            client: "dblock_" and 24 digits of the token */
 
   pthread_mutex_t mu;    /* take with dbl_lock (sync.c), never directly */
   atomic_llong mu_holder; /* thread id holding mu, 0 if none (for the
@@ -305,10 +307,10 @@ int dbl_reaper_start(dblock_client *cl);
 /* ---- the wait queue (queue.c) ---- */
 /* 1 if this client's strategy and dialect have a wait queue. */
 int dbl_queue_possible(const dblock_client *cl);
-/* 1 if wake-ups reach this client now (its listener is listening); the
- * first call starts the listener, so the first waiter of a client polls. */
-int dbl_queue_ready(dblock_client *cl);
-/* The client's notification channel ("" before the listener exists). */
+/* 1 if wake-ups reach this client (its listener is listening), waiting up
+ * to wait_ms for that; the first call starts the listener. */
+int dbl_queue_ready(dblock_client *cl, int64_t wait_ms);
+/* The client's notification channel (whether or not it listens yet). */
 const char *dbl_queue_channel(const dblock_client *cl);
 /* Sleeps up to ms or until ticket's turn is announced (returns 1), or a
  * cancel or closing (0). */

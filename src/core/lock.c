@@ -62,6 +62,8 @@ static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
  * died with its turn delays the name that long at most. */
 #define ALIVE_MS 1000
 #define TURN_MS 100
+/* How long the first waiter of a client waits for its listener to start. */
+#define LISTEN_WAIT_MS 1000
 
 static int64_t queue_alive_ms(const dblock_client *cl, const struct dbl_held *h) {
   int64_t a = 4 * cl->opts.backoff_max_ms > ALIVE_MS ? 4 * cl->opts.backoff_max_ms : ALIVE_MS;
@@ -383,7 +385,7 @@ static int acquire_wait(acq *a) {
      * reach it, and always in fair mode; a try never does. */
     a->q.queued = a->wait_ms != 0 && !a->reentrant && dbl_queue_possible(cl) &&
                   (a->q.ticket || cl->opts.fair ||
-                   ((a->tries > 0 || busy_lately(cl, a->hash)) && dbl_queue_ready(cl)));
+                   ((a->tries > 0 || busy_lately(cl, a->hash)) && dbl_queue_ready(cl, 0)));
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->tries++;
     if (rc != DBLOCK_EBUSY) return rc;
@@ -396,7 +398,11 @@ static int acquire_wait(acq *a) {
     if (a->wait_ms == 0) return rc;
     now = dbl_mono_ms();
     if (a->wait_ms > 0 && now >= deadline) return DBLOCK_ETIMEOUT;
-    if (a->q.ticket && dbl_queue_ready(cl)) {
+    if (!a->q.ticket && !a->q.queued && dbl_queue_possible(cl) &&
+        dbl_queue_ready(cl, a->wait_ms > 0 && deadline - now < LISTEN_WAIT_MS ? deadline - now
+                                                                              : LISTEN_WAIT_MS))
+      continue; /* (listening now: queue at once) */
+    if (a->q.ticket && dbl_queue_ready(cl, 0)) {
       /* Queued: a release that hands us the name wakes us; poll now and
        * then all the same. */
       int64_t ms = queue_alive_ms(cl, a->h) / 4;

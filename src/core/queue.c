@@ -35,11 +35,11 @@ struct dbl_listener {
   dbl_conn *conn;      /* listening, or NULL; set and cleared under mu */
   uint64_t trips;      /* LISTENs sent (the listener's only statements) */
   int started;         /* the thread runs */
+  int tried;           /* its first LISTEN has been answered or failed */
   int ready;           /* conn has answered its LISTEN */
   int stop;
   int64_t recent[RECENT];
   unsigned next;
-  char channel[40];
 };
 
 /* 1 if this client can queue at all: the dialect has a queue and the
@@ -83,18 +83,26 @@ static dbl_conn *listen_conn(dblock_client *cl) {
   dbl_err e;
   int rc, armed;
   memset(&e, 0, sizeof e);
-  if (cl->drv->connect(&c, &cl->url, cl->opts.connect_timeout_ms, &e) != 0) return NULL;
+  if (cl->drv->connect(&c, &cl->url, cl->opts.connect_timeout_ms, &e) != 0) {
+    dbl_lock(cl);
+    L->tried = 1;
+    dbl_signal(&L->woke, 1);
+    dbl_unlock(cl);
+    return NULL;
+  }
   dbl_lock(cl);
   L->conn = c; /* (so that closing, or the timer, can cut it) */
   rc = L->stop;
   dbl_unlock(cl);
   if (rc) return c;
   armed = dbl_timer_start(&t, cl->opts.call_timeout_ms, cut, cl) == 0;
-  rc = cl->drv->listen(c, L->channel, &e);
+  rc = cl->drv->listen(c, cl->channel, &e);
   if (armed && dbl_timer_stop(&t)) rc = DBLOCK_ECONN;
   dbl_lock(cl);
   L->trips++;
+  L->tried = 1;
   L->ready = rc == 0 && !L->stop;
+  dbl_signal(&L->woke, 1); /* (dbl_queue_ready's caller may be waiting) */
   dbl_unlock(cl);
   if (rc != 0) dbl_log(cl, DBLOCK_LOG_INFO, "wait queue: LISTEN failed: %s", e.msg);
   return c;
@@ -144,8 +152,9 @@ static void *listener_main(void *arg) {
   }
 }
 
-int dbl_queue_ready(dblock_client *cl) {
+int dbl_queue_ready(dblock_client *cl, int64_t wait_ms) {
   struct dbl_listener *L;
+  int64_t end = dbl_mono_ms() + wait_ms;
   int ready;
   if (!dbl_queue_possible(cl) || !can_listen(cl)) return 0;
   dbl_lock(cl);
@@ -155,7 +164,6 @@ int dbl_queue_ready(dblock_client *cl) {
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&L->woke, &ca);
     pthread_condattr_destroy(&ca);
-    snprintf(L->channel, sizeof L->channel, "dblock_%.24s", cl->token);
     cl->lsn = L;
     L->started = pthread_create(&L->thread, NULL, listener_main, cl) == 0;
     if (!L->started) {
@@ -163,13 +171,20 @@ int dbl_queue_ready(dblock_client *cl) {
       dbl_log(cl, DBLOCK_LOG_WARNING, "wait queue: no listener thread; waiters poll");
     }
   }
+  /* (the first waiter of a client waits for the LISTEN: a process that
+   * waits once — `dblock run` on a busy name — is woken too) */
+  while (cl->lsn && !cl->lsn->tried && !cl->lsn->stop && !cl->closing && dbl_mono_ms() < end &&
+         !dbl_cancelled(cl)) {
+    struct timespec at = mono_ts(end - dbl_mono_ms() > 20 ? dbl_mono_ms() + 20 : end);
+    dbl_timedwait(cl, &cl->lsn->woke, &at);
+  }
   ready = cl->lsn && cl->lsn->ready && !cl->lsn->stop;
   dbl_unlock(cl);
   return ready;
 }
 
 const char *dbl_queue_channel(const dblock_client *cl) {
-  return cl->lsn ? cl->lsn->channel : "";
+  return cl->channel;
 }
 
 int dbl_queue_sleep(dblock_client *cl, int64_t ticket, int64_t ms) {

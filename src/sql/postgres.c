@@ -194,7 +194,7 @@ static const char QUEUE_LEAVE[] =
     "alive_until = GREATEST(q.alive_until, statement_timestamp() + q.turn_len) "
     "WHERE q.ticket = (SELECT w.ticket FROM ${schema}.${table}_queue w JOIN x "
     "ON w.name = x.name AND w.ticket <> x.ticket AND x.had_turn WHERE " NEXT_TURN_PG " ORDER BY w.ticket LIMIT 1) "
-    "RETURNING pg_notify(q.channel, q.ticket::text)) "
+    "RETURNING CASE WHEN q.channel <> '' THEN pg_notify(q.channel, q.ticket::text) END) "
     "SELECT (SELECT count(*) FROM n) FROM x";
 /* Dead tickets (their waiter stopped refreshing them). Params: grace µs. */
 static const char QUEUE_REAP[] =

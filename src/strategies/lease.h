@@ -32,7 +32,7 @@ void dbl_owner_params(const dbl_op *op, dbl_param *p);
 int64_t dbl_estimate_expiry(const dbl_op *op);
 /* Appends the wait queue's logical parameters to an acquire statement's
  * (stmt.h: before-ticket and fair; with op->q.channel also ticket, join,
- * channel, alive, turn) and returns how many. */
+ * channel, alive, turn) and returns how many: p needs room for 7. */
 int dbl_queue_params(const dbl_op *op, dbl_param *p);
 /* Reads a queued statement's answer (run with keep; clears o->res):
  * 1 if busy — op->q.ticket is the caller's ticket, op->q.kept_out whether

@@ -58,7 +58,12 @@ static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
   p[0] = DBL_STR(op->token);
   p[1] = DBL_I64(op->thread);
   p[2] = DBL_TEXT(op->name, op->name_len);
-  dbl_queue_params(op, p + 3); /* (the first two: who is ahead of us) */
+  {
+    dbl_param qp[7];
+    dbl_queue_params(op, qp); /* (the first two: who is ahead of us) */
+    p[3] = qp[0];
+    p[4] = qp[1];
+  }
   if ((rc = dbl_run(op, DBL_S_OPT_READ, p, 5, &o, 1)) != 0) return rc;
   if (o.res.nrows == 0) {
     dbl_res_clear(&o.res);
@@ -95,6 +100,10 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
   char row[16];
   int rc, other;
   (void)wait_ms;
+  /* A queued attempt says itself why it missed (below), so a waiter
+   * without a hint tries the CAS at any version first: it takes its
+   * ticket with it. */
+  if (op->q.channel && v == -1) v = VERSION_ANY;
   /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
    * with that one statement: reading first would cost it a second round
    * trip per poll, during which a holder that releases and re-acquires at
