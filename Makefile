@@ -164,9 +164,12 @@ $(B)/test_cli: tests/test_cli.c tests/cli_harness.h tests/cli_harness.c tests/te
 $(B)/lockhelper: tests/lockhelper.c $(B)/libdblock.a
 	$(CC) $(PROG_CFLAGS) -o $@ $< $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 
-# The benchmark may use the driver layer directly for its raw-SQL floor.
+# The benchmark may use the driver layer directly for its raw-SQL floor;
+# with hiredis (libhiredis-dev) it also measures Redis beside dblock.
+BENCH_REDIS := $(shell pkg-config --exists hiredis 2>/dev/null && echo 1)
 $(B)/dblock-bench: bench/dblock_bench.c $(B)/libdblock.a
-	$(CC) $(PROG_CFLAGS) -Isrc -o $@ $< $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
+	$(CC) $(PROG_CFLAGS) -Isrc $(if $(BENCH_REDIS),-DDBLOCK_BENCH_REDIS) -o $@ $< $(B)/libdblock.a \
+	  $(ALL_LDFLAGS) $(LDLIBS) $(if $(BENCH_REDIS),-lhiredis)
 
 # pkg-config file for a prefix (the tree's copy: PREFIX as given to make;
 # make install writes one for the PREFIX it installs to). The static link

@@ -26,6 +26,9 @@
 
 #include "dblock.h"
 #include "drivers/driver.h"
+#ifdef DBLOCK_BENCH_REDIS
+#include <hiredis/hiredis.h>
+#endif
 
 #define MAX_CLIENTS 32
 #define MAX_SAMPLES 200000
@@ -33,19 +36,21 @@
 
 typedef struct slot {
   atomic_int inside;
-  long counter; /* deliberately non-atomic */
+  long counter;       /* deliberately non-atomic */
+  int64_t last_fence; /* the fence of the name's previous grant (written
+                         inside the critical section only) */
   atomic_long grants;
 } slot;
 
 typedef struct child_out {
-  long grants, statements, release_errors, acquire_errors;
+  long grants, statements, release_errors, acquire_errors, wakeups;
   long n;                  /* samples stored */
   int64_t max_wait_us;     /* including a wait still open at window end */
   int32_t wait_us[MAX_SAMPLES], cycle_us[MAX_SAMPLES];
 } child_out;
 
 typedef struct shared {
-  atomic_long overlaps;
+  atomic_long overlaps, fence_backwards;
   int64_t start_us, window_start_us, window_end_us;
   slot slots[MAX_NAMES];
   child_out out[MAX_CLIENTS];
@@ -54,9 +59,9 @@ typedef struct shared {
 static struct {
   const char *url, *workload, *mode;
   dblock_strategy strategy;
-  int clients, names;
+  int clients, names, fair;
   int64_t warmup_ms, window_ms;
-} cfg = {NULL, "W1", "dblock", DBLOCK_STRATEGY_INSERT, 1, 1, 1000, 10000};
+} cfg = {NULL, "W1", "dblock", DBLOCK_STRATEGY_INSERT, 1, 1, 0, 1000, 10000};
 
 static int64_t now_us(void) {
   struct timespec ts;
@@ -128,6 +133,7 @@ static void reset_tables(void) {
   raw r;
   char sql[1024];
   const char *t = dblock_strategy_name(cfg.strategy);
+  if (strcmp(cfg.mode, "redis") == 0) return; /* (keys expire; names are reused) */
   raw_open(&r);
   if (strcmp(cfg.mode, "floor") == 0) {
     snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS bench_floor_%s", t);
@@ -172,6 +178,26 @@ static void reset_tables(void) {
       die("migrate", ei.message);
     }
     dblock_client_free(c);
+    /* for_update and optimistic keep a row per name: like the floor's, the
+     * rows exist up front, so the window measures the steady state (a
+     * name's first use costs one more, flushed, statement) */
+    if (cfg.strategy != DBLOCK_STRATEGY_INSERT && strcmp(cfg.workload, "W5") != 0 &&
+        strcmp(cfg.workload, "MEM") != 0) {
+      raw_open(&r);
+      r.d->begin(r.c, &(dbl_err){0}); /* (one flush for them all) */
+      for (int i2 = 0; i2 < cfg.names; i2++) {
+        char name[32];
+        dbl_param p;
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO bench_locks (name, strategy, state, version) VALUES (?, '%s', 0, 0)",
+                 dblock_strategy_name(cfg.strategy));
+        snprintf(name, sizeof name, "n%d", i2);
+        p = DBL_STR(name);
+        raw_q(&r, sql, &p, 1);
+      }
+      r.d->commit(r.c, &(dbl_err){0});
+      raw_close(&r);
+    }
   }
 }
 
@@ -180,6 +206,10 @@ static void reset_tables(void) {
 typedef struct locker {
   raw r;
   dblock_client *c;
+#ifdef DBLOCK_BENCH_REDIS
+  redisContext *rc;
+  char sha[41];
+#endif
   dblock_lock *held;
   char owner[32];
   int counting;
@@ -250,21 +280,72 @@ static int floor_release(locker *k, const char *name) {
   return raw_q(r, sql, p, 2) == 1 ? 0 : -1;
 }
 
+/* ---- the Redis anchor (BENCH.md): SET NX PX to acquire, retrying like
+ * the floor; a Lua compare-and-delete to release ---------------------- */
+#ifdef DBLOCK_BENCH_REDIS
+static const char REDIS_RELEASE[] =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+    "else return 0 end";
+
+static void redis_open(locker *k) {
+  const char *hp = cfg.url + strlen("redis://");
+  char host[64];
+  int port;
+  redisReply *r;
+  if (sscanf(hp, "%63[^:]:%d", host, &port) != 2) die("url", "want redis://HOST:PORT");
+  k->rc = redisConnect(host, port);
+  if (!k->rc || k->rc->err) die("redis connect", k->rc ? k->rc->errstr : "out of memory");
+  r = redisCommand(k->rc, "SCRIPT LOAD %s", REDIS_RELEASE);
+  if (!r || r->type != REDIS_REPLY_STRING) die("redis", "SCRIPT LOAD failed");
+  snprintf(k->sha, sizeof k->sha, "%s", r->str);
+  freeReplyObject(r);
+}
+
+static void redis_acquire(locker *k, const char *name) {
+  for (;;) {
+    redisReply *r = redisCommand(k->rc, "SET %s %s NX PX 30000", name, k->owner);
+    int ok;
+    k->r.statements++;
+    if (!r) die("redis", k->rc->errstr);
+    ok = r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    if (ok) return;
+    sleep_us(500 + rand() % 1000);
+  }
+}
+
+static int redis_release(locker *k, const char *name) {
+  redisReply *r = redisCommand(k->rc, "EVALSHA %s 1 %s %s", k->sha, name, k->owner);
+  int ok;
+  k->r.statements++;
+  if (!r) die("redis", k->rc->errstr);
+  ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+#endif
+
 static void run_child(shared *sh, int me, int go_fd) {
   locker k;
   child_out *o = &sh->out[me];
   char go;
-  int floor = strcmp(cfg.mode, "floor") == 0;
+  int floor = strcmp(cfg.mode, "floor") == 0, redis = strcmp(cfg.mode, "redis") == 0;
   unsigned seed = (unsigned)(getpid() * 2654435761u);
   memset(&k, 0, sizeof k);
   snprintf(k.owner, sizeof k.owner, "c%d-%d", me, (int)getpid());
   srand(seed);
-  if (floor) {
+  if (redis) {
+#ifdef DBLOCK_BENCH_REDIS
+    redis_open(&k);
+#endif
+    floor = 1; /* (counted like the floor: commands sent) */
+  } else if (floor) {
     raw_open(&k.r);
   } else {
     dblock_options opt = DBLOCK_OPTIONS_INIT;
     opt.strategy = cfg.strategy;
     opt.table = "bench_locks";
+    opt.fair = cfg.fair;
     if (dblock_client_open(&k.c, cfg.url, &opt)) die("open", "dblock_client_open failed");
   }
   if (read(go_fd, &go, 1) < 0) _exit(2);
@@ -282,24 +363,40 @@ static void run_child(shared *sh, int me, int go_fd) {
       k.stmts0 = floor ? k.r.statements : (long)dblock_client_round_trips(k.c);
     }
     snprintf(name, sizeof name, "n%d", idx);
-    if (floor) {
+    if (redis) {
+#ifdef DBLOCK_BENCH_REDIS
+      redis_acquire(&k, name);
+#endif
+    } else if (floor) {
       floor_acquire(&k, name);
     } else if (dblock_lock_acquire(&k.held, k.c, name, -1, 0) != 0) {
       o->acquire_errors++;
-      if (getenv("DBLOCK_BENCH_DEBUG")) { dblock_error_info ei; dblock_last_error(&ei); fprintf(stderr, "acquire: %s\n", ei.message); }
       continue;
     }
     tg = now_us();
-    /* The check: nobody else inside, and a non-atomic increment. */
+    /* The check: nobody else inside, and a non-atomic increment; for
+     * dblock also the fence order — each grant's fence above the name's
+     * previous one (the counter orders the grants). */
     if (!atomic_compare_exchange_strong(&s->inside, &expect, me + 1))
       atomic_fetch_add(&sh->overlaps, 1);
+    if (!floor) {
+      int64_t f = dblock_lock_fence(k.held);
+      if (f <= s->last_fence) atomic_fetch_add(&sh->fence_backwards, 1);
+      s->last_fence = f;
+    }
     v = s->counter;
     atomic_signal_fence(memory_order_seq_cst);
     s->counter = v + 1;
     atomic_fetch_add(&s->grants, 1);
     expect = me + 1;
     atomic_compare_exchange_strong(&s->inside, &expect, 0);
+#ifdef DBLOCK_BENCH_REDIS
+    if (redis ? redis_release(&k, name) : floor ? floor_release(&k, name)
+              : dblock_lock_release(k.held))
+      o->release_errors++;
+#else
     if (floor ? floor_release(&k, name) : dblock_lock_release(k.held)) o->release_errors++;
+#endif
     t1 = now_us();
     in_window = tg >= sh->window_start_us && tg < sh->window_end_us;
     if (t0 < sh->window_end_us && tg >= sh->window_end_us &&
@@ -315,6 +412,14 @@ static void run_child(shared *sh, int me, int go_fd) {
     }
   }
   o->statements = (floor ? k.r.statements : (long)dblock_client_round_trips(k.c)) - k.stmts0;
+  if (!floor) {
+    dblock_stats st;
+    if (dblock_client_stats(k.c, &st, sizeof st) == 0) o->wakeups = (long)st.wakeups;
+  }
+#ifdef DBLOCK_BENCH_REDIS
+  if (redis) redisFree(k.rc);
+  else
+#endif
   if (floor) raw_close(&k.r);
   else dblock_client_free(k.c);
   _exit(0);
@@ -334,11 +439,24 @@ static double pct(const int32_t *v, long n, double q) {
   return v[rank - 1] / 1000.0;
 }
 
+/* How a waiter learns that the name is free (BENCH.md, W2): the server's
+ * lock queue (for_update), a release's notification (dblock on PostgreSQL,
+ * insert / optimistic), or polling. */
+static const char *wake_path(void) {
+  if (strcmp(cfg.mode, "dblock") != 0)
+    return cfg.strategy == DBLOCK_STRATEGY_FOR_UPDATE && strcmp(cfg.mode, "floor") == 0
+               ? "server queue"
+               : "poll";
+  if (cfg.strategy == DBLOCK_STRATEGY_FOR_UPDATE) return "server queue";
+  return strncmp(cfg.url, "postgres", 8) == 0 ? "notification" : "poll";
+}
+
 static void run_locking(void) {
   shared *sh = mmap(NULL, sizeof(shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   int fds[2];
   pid_t pids[MAX_CLIENTS];
   long total = 0, n = 0, minc = -1, maxc = 0, statements = 0, rel_err = 0, acq_err = 0, bad = 0;
+  long wakeups = 0;
   int64_t max_wait = 0;
   int32_t *waits, *cycles;
   int ok = 1;
@@ -372,6 +490,7 @@ static void run_locking(void) {
     n += o->n;
     total += o->grants;
     statements += o->statements;
+    wakeups += o->wakeups;
     rel_err += o->release_errors;
     acq_err += o->acquire_errors;
     if (minc < 0 || o->grants < minc) minc = o->grants;
@@ -382,20 +501,25 @@ static void run_locking(void) {
   qsort(cycles, (size_t)n, sizeof *cycles, cmp32);
   for (int i = 0; i < cfg.names; i++)
     if (sh->slots[i].counter != atomic_load(&sh->slots[i].grants)) ok = 0;
-  if (atomic_load(&sh->overlaps) || rel_err || acq_err || bad) ok = 0;
+  if (atomic_load(&sh->overlaps) || atomic_load(&sh->fence_backwards) || rel_err || acq_err ||
+      bad)
+    ok = 0;
   printf("{\"workload\":\"%s\",\"mode\":\"%s\",\"strategy\":\"%s\",\"clients\":%d,\"names\":%d,"
          "\"window_ms\":%lld,\"grants\":%ld,\"grants_per_s\":%.1f,"
          "\"wait_p50_ms\":%.3f,\"wait_p99_ms\":%.3f,\"wait_max_ms\":%.3f,"
          "\"cycle_p50_ms\":%.3f,\"cycle_p99_ms\":%.3f,"
          "\"grants_min\":%ld,\"grants_max\":%ld,\"fairness\":%.3f,"
-         "\"statements_per_grant\":%.2f,\"overlaps\":%ld,\"release_errors\":%ld,"
+         "\"statements_per_grant\":%.2f,\"wakeups_per_grant\":%.2f,\"wake\":\"%s\","
+         "\"overlaps\":%ld,\"fence_backwards\":%ld,\"release_errors\":%ld,"
          "\"check\":\"%s\"}\n",
          cfg.workload, cfg.mode, dblock_strategy_name(cfg.strategy), cfg.clients, cfg.names,
          (long long)cfg.window_ms, total, total * 1000.0 / (double)cfg.window_ms,
          pct(waits, n, 0.5), pct(waits, n, 0.99), max_wait / 1000.0, pct(cycles, n, 0.5),
          pct(cycles, n, 0.99), minc, maxc, maxc ? (double)minc / (double)maxc : 0.0,
-         total ? (double)statements / (double)total : 0.0, (long)atomic_load(&sh->overlaps),
-         rel_err, ok && total > 0 ? "ok" : "FAIL");
+         total ? (double)statements / (double)total : 0.0,
+         total ? (double)wakeups / (double)total : 0.0, wake_path(),
+         (long)atomic_load(&sh->overlaps), (long)atomic_load(&sh->fence_backwards), rel_err,
+         ok && total > 0 ? "ok" : "FAIL");
   free(waits);
   free(cycles);
   munmap(sh, sizeof *sh);
@@ -530,6 +654,7 @@ int main(int argc, char **argv) {
       {"workload", required_argument, NULL, 'w'}, {"mode", required_argument, NULL, 'm'},
       {"clients", required_argument, NULL, 'c'},  {"names", required_argument, NULL, 'n'},
       {"warmup", required_argument, NULL, 'W'},   {"window", required_argument, NULL, 'T'},
+      {"fair", no_argument, NULL, 'f'},           {"features", no_argument, NULL, 'F'},
       {NULL, 0, NULL, 0}};
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -544,15 +669,25 @@ int main(int argc, char **argv) {
     case 'n': cfg.names = atoi(optarg); break;
     case 'W': cfg.warmup_ms = atoll(optarg); break;
     case 'T': cfg.window_ms = atoll(optarg); break;
+    case 'f': cfg.fair = 1; break;
+    case 'F': /* what this build can measure besides dblock and the floor */
+#ifdef DBLOCK_BENCH_REDIS
+      puts("redis");
+#endif
+      return 0;
     default:
       fprintf(stderr, "usage: dblock-bench --url U --strategy S --workload W1..W5|MEM "
-                      "--mode dblock|floor [--clients N] [--names N] [--warmup MS] [--window MS]\n");
+                      "--mode dblock|floor|redis [--clients N] [--names N] [--warmup MS] "
+                      "[--window MS] [--fair]\n");
       return 2;
     }
   }
   if (!cfg.url || cfg.clients < 1 || cfg.clients > MAX_CLIENTS || cfg.names < 1 ||
       cfg.names > MAX_NAMES)
     die("usage", "--url, 1..32 clients, 1..10000 names");
+#ifndef DBLOCK_BENCH_REDIS
+  if (strcmp(cfg.mode, "redis") == 0) die("usage", "built without hiredis (libhiredis-dev)");
+#endif
   if (strcmp(cfg.workload, "W5") == 0) run_reaper();
   else if (strcmp(cfg.workload, "MEM") == 0) run_memory();
   else run_locking();

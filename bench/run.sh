@@ -35,9 +35,63 @@ measure() { # label url strategy workload clients names mode
   printf '%s' "$line"
 }
 
-backends=${DBLOCK_BENCH_BACKENDS:-sqlite-full sqlite-normal postgres mysql}
+# Redis beside dblock (BENCH.md's anchor): a private redis-server on a free
+# loopback port, no persistence, stopped (by its pid file) on exit.
+redis_pid=
+stop_redis() {
+  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null
+  redis_pid=
+}
+trap stop_redis EXIT INT TERM
+start_redis() {
+  command -v redis-server >/dev/null 2>&1 || return 1
+  "$bin" --features | grep -qx redis || return 1
+  # a free port below the ephemeral range (ss: nothing listening on it)
+  port=
+  for seed in 1 2 3 4 5 6 7 8 9 10; do
+    p=$(awk -v s="$$$seed" 'BEGIN { srand(s); print 20000 + int(rand() * 12000) }')
+    [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ] && port=$p && break
+  done
+  [ -n "$port" ] || return 1
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --daemonize yes --pidfile "$tmp/bench-redis.pid" --dir "$tmp" \
+    --logfile "$tmp/bench-redis.log" >/dev/null || return 1
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    [ -s "$tmp/bench-redis.pid" ] && redis_pid=$(cat "$tmp/bench-redis.pid") && break
+    sleep 0.2
+  done
+  [ -n "$redis_pid" ] || return 1
+  redis_url="redis://127.0.0.1:$port"
+}
+
+backends=${DBLOCK_BENCH_BACKENDS:-sqlite-full sqlite-normal postgres mysql redis}
 printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' backend strategy wl metric dblock floor ratio check
 for be in $backends; do
+  if [ "$be" = redis ]; then
+    if start_redis; then
+      for wl in W1 W2 W3 W4-2 W4-8 W4-32; do
+        case $wl in
+        W1) c=1 n=1 ;; W2) c=8 n=1 ;; W3) c=8 n=10000 ;;
+        W4-2) c=2 n=1 ;; W4-8) c=8 n=1 ;; W4-32) c=32 n=1 ;;
+        esac
+        [ "$quick" = 1 ] && [ "$wl" = W4-32 ] && continue
+        d=$(measure redis "$redis_url" insert "${wl%%-*}" "$c" "$n" redis)
+        case $wl in
+        W1|W3) ms="grants_per_s cycle_p50_ms cycle_p99_ms" ;;
+        W2) ms="grants_per_s wait_p99_ms wait_max_ms fairness" ;;
+        W4*) ms=statements_per_grant ;;
+        esac
+        for m in $ms; do
+          printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' redis set-nx "${wl%%-*}" \
+            "$m${wl#W4}" "$(field "$d" $m)" - - "$(field "$d" check)"
+        done
+      done
+      stop_redis
+    else
+      echo "bench: no redis row (needs redis-server and a dblock-bench built with libhiredis-dev)" >&2
+    fi
+    continue
+  fi
   case $be in
   sqlite-full) url="sqlite://$tmp/bench-full.db" ;;
   sqlite-normal) url="sqlite://$tmp/bench-normal.db?synchronous=normal" ;;
@@ -61,7 +115,7 @@ for be in $backends; do
             printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W1 "$m" \
               "$(field "$d" $m)" "$(field "$f" $m)" "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk"
           done ;;
-      W2) for m in grants_per_s wait_p99_ms wait_max_ms fairness; do
+      W2) for m in grants_per_s wait_p99_ms wait_max_ms fairness wakeups_per_grant wake; do
             printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W2 "$m" \
               "$(field "$d" $m)" "$(field "$f" $m)" "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk"
           done ;;

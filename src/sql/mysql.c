@@ -78,13 +78,30 @@ static const char OPT_FREE[] =
     "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
     "AND fence = ? AND state = 1";
 
+/* The grant only locks the row: an InnoDB transaction that only locked
+ * rows has no redo to flush at COMMIT. The fence needs no row write
+ * either: it comes from the sequence, which the epoch keeps ahead of
+ * everything issued before a crash (and GREATEST keeps it above the row's
+ * last committed fence, which force-unlocks advance); it is drawn after
+ * the row lock is granted, so grants of a name get increasing fences. */
 static const char FU_TAKE[] =
-    "UPDATE ${table} SET "
-    "fence = LAST_INSERT_ID(GREATEST(fence + 1, " DBL_MY_NEXT_FENCE ")), "
-    "version = version + 1, hold_count = 1, owner_host = ?, owner_pid = ?, "
-    "owner_thread = ?, owner_token = ?, acquired_at = UTC_TIMESTAMP(6), "
-    "renewed_at = UTC_TIMESTAMP(6), expires_at = NULL, owner_session = CONNECTION_ID() "
-    "WHERE name = ? AND strategy = 'for_update'";
+    "SELECT LAST_INSERT_ID(GREATEST(l.fence + 1, " DBL_MY_NEXT_FENCE ")) "
+    "FROM ${table} l WHERE l.name = ? AND l.strategy = 'for_update' FOR UPDATE";
+
+/* ...and then publishes its holder in the MEMORY table ${table}_holders
+ * (migration 0004: no redo). A separate statement, after the wait: a
+ * MEMORY table is locked whole for a statement, and a statement that also
+ * waited for the row lock would have held it against every other name. */
+static const char FU_PUBLISH[] =
+    "INSERT INTO ${table}_holders (name, holder, session, acquired_at) "
+    "VALUES (?, CONCAT(?, ' ', ?, ' ', ?, ' ', ?), CONNECTION_ID(), UTC_TIMESTAMP(6)) "
+    "ON DUPLICATE KEY UPDATE holder = VALUES(holder), session = VALUES(session), "
+    "acquired_at = VALUES(acquired_at)";
+
+/* What the holder published (trusted only while the row is locked). */
+static const char FU_HOLDER[] =
+    "SELECT holder, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', acquired_at) "
+    "FROM ${table}_holders WHERE name = ?";
 
 static const char FU_CREATE[] =
     "INSERT IGNORE INTO ${table} (name, strategy, state, version) "
@@ -126,8 +143,8 @@ static const char FU_PROBE[] =
  * statement reads them uncommitted. SET TRANSACTION without SESSION
  * applies to the next transaction only. */
 static const char DIRTY_READ[] = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED";
-/* The session id the holder wrote (read uncommitted), then KILL it. */
-static const char FU_SESSION[] = "SELECT owner_session FROM ${table} WHERE name = ?";
+/* The session id the holder published, then KILL it. */
+static const char FU_SESSION[] = "SELECT session FROM ${table}_holders WHERE name = ?";
 
 /* ---- administration (see postgres.c) ---- */
 static const char FORCE[] =
@@ -198,14 +215,15 @@ const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
     [DBL_S_OPT_READ] = {OPT_READ, "012", 1, DBL_OUT_NONE},
     [DBL_S_OPT_CREATE] = {OPT_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_CREATE] = {FU_CREATE, NULL, 0, DBL_OUT_NONE},
-    [DBL_S_FU_TAKE] = {FU_TAKE, NULL, 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
+    [DBL_S_FU_TAKE] = {FU_TAKE, "4", 1, {0, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
+    [DBL_S_FU_PUBLISH] = {FU_PUBLISH, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_PING] = {"SELECT 1", NULL, 1, DBL_OUT_NONE},
     [DBL_S_LEASE_RENEW] = {LEASE_RENEW, NULL, 0, DBL_OUT_VERSION(DBL_FROM_INSERT_ID)},
     [DBL_S_LEASE_DECR] = {LEASE_DECR, NULL, 0, DBL_OUT_VERSION(DBL_FROM_INSERT_ID)},
     [DBL_S_LEASE_FREED] = {LEASE_FREED, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_ROW_STRATEGY] = {ROW_STRATEGY, NULL, 1, DBL_OUT_NONE},
     [DBL_S_FU_PROBE] = {FU_PROBE, NULL, 1, DBL_OUT_NONE},
-    [DBL_S_FU_HOLDER] = {NULL, NULL, 0, DBL_OUT_NONE}, /* the row, read dirty */
+    [DBL_S_FU_HOLDER] = {FU_HOLDER, NULL, 1, DBL_OUT_NONE},
     [DBL_S_DIRTY_READ] = {DIRTY_READ, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_KILL_BY_NAME] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_SESSION] = {FU_SESSION, NULL, 1, DBL_OUT_NONE},

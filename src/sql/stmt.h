@@ -61,8 +61,11 @@ typedef enum dbl_sid {
   DBL_S_OPT_CREATE,
   DBL_S_FU_CREATE,
   /* for_update: take the row inside the lock transaction. Params: host,
-   * pid, thread, token, name. Out: fence. Count 1 = granted. */
+   * pid, thread, token, name. Out: fence. Count >= 1 = granted. */
   DBL_S_FU_TAKE,
+  /* for_update: publish the holder after FU_TAKE, where FU_TAKE cannot.
+   * Params: name, fence, pid, thread, host. NULL: FU_TAKE did it. */
+  DBL_S_FU_PUBLISH,
   /* for_update: is the holding session alive? No params. NULL SQL: the
    * dialect has nothing to check (SQLite: the transaction is in-process). */
   DBL_S_FU_PING,
@@ -83,7 +86,7 @@ typedef enum dbl_sid {
    * returns what the holding session published — the holder string
    * "FENCE PID THREAD HOST" (DBL_HOLDER_FORMAT) and the acquisition time in
    * µs; NULL: the row itself, read uncommitted (DIRTY_READ), shows the
-   * holder (MariaDB). */
+   * holder (no dialect does that any more). */
   DBL_S_FU_PROBE,
   DBL_S_FU_HOLDER,
   /* Makes the next statement read uncommitted rows (a script, no params);

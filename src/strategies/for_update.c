@@ -1,25 +1,25 @@
 /*
  * for_update.c — the pessimistic row-lock strategy.
  *
- * The lock is an open transaction holding the name's row locked (an UPDATE
- * takes the same exclusive row lock as SELECT ... FOR UPDATE and also
- * records the holder and a new fence in the same statement). The
+ * The lock is an open transaction holding the name's row locked. The
  * connection stays pinned to the lock until release, which is COMMIT.
  * Waiters wait in the server (lock_timeout / max_statement_time /
  * busy_timeout), so hand-over is immediate and nobody polls. If the
  * holder's process or connection dies, the server rolls the transaction
  * back and the name is free at once.
  *
- * The holder columns (and the holding session's id) are written inside the
- * transaction. Introspection finds a held lock by probing its row lock;
- * on MariaDB it reads the holder uncommitted (READ UNCOMMITTED).
- * PostgreSQL has no dirty reads, so the grant also publishes the holder
- * in its session's application_name ("dblock FENCE PID THREAD HOST", cut
- * at 63 bytes), SET LOCAL from the UPDATE's RETURNING: no extra statement,
- * visible in pg_stat_activity at once, reverted by COMMIT/ROLLBACK.
- * Introspection finds that session through the row's locker (xmax =
- * backend_xid). SQLite publishes "ACQUIRED FENCE PID THREAD HOST" the same
- * way through the driver's dblock_publish() (src/sql/sqlite.c FU_TAKE).
+ * The grant takes the row lock, draws a fence and publishes the holder
+ * (one statement, two on MariaDB). PostgreSQL: an UPDATE of the row (holder columns, fence)
+ * that also sets its session's application_name ("dblock FENCE PID THREAD
+ * HOST", cut at 63 bytes) from its RETURNING, SET LOCAL: visible in
+ * pg_stat_activity at once, reverted by COMMIT/ROLLBACK, found through the
+ * row's locker (xmax = backend_xid). MariaDB: no row write at all — the
+ * grant only locks the row, then writes the holder into the MEMORY table
+ * ${table}_holders (DBL_S_FU_PUBLISH), so COMMIT has no redo to flush
+ * (migration 0004). SQLite
+ * publishes "ACQUIRED FENCE PID THREAD HOST" through the driver's
+ * dblock_publish() (src/sql/sqlite.c FU_TAKE). Introspection finds a held
+ * lock by probing its row lock and reads what its holder published.
  *
  * SQLite: the transaction is BEGIN IMMEDIATE, which locks the whole
  * database file for writing while held: one for_update lock at a time per
@@ -49,10 +49,18 @@ static int open_and_take(dbl_op *op, int64_t wait_ms, int *granted) {
   *granted = 0;
   holder_params(op, p);
   if ((rc = dbl_run_locking(op, DBL_S_FU_TAKE, p, NHOLDER, wait_ms, &o)) != 0) return rc;
-  if (o.count == 1) {
-    *granted = 1;
-    op->g.fence = o.v[DBL_O_FENCE];
+  if (o.count != 1) return 0;
+  op->g.fence = o.v[DBL_O_FENCE];
+  if (op->defs[DBL_S_FU_PUBLISH].sql) {
+    dbl_param q[5];
+    q[0] = DBL_TEXT(op->name, op->name_len);
+    q[1] = DBL_I64(op->g.fence);
+    q[2] = DBL_I64(op->pid);
+    q[3] = DBL_I64(op->thread);
+    q[4] = DBL_STR(op->host);
+    if ((rc = dbl_run(op, DBL_S_FU_PUBLISH, q, 5, &o, 0)) != 0) return rc;
   }
+  *granted = 1;
   return 0;
 }
 
@@ -167,11 +175,9 @@ static int read_holder(dbl_op *op, dblock_lock_info *o, int64_t committed_fence)
 }
 
 /* A for_update row is held while its row is locked, whatever its columns
- * say; the holder's identity is written inside its open transaction.
- * Where the row was read uncommitted (no holder statement: MariaDB) the
- * columns are the holder's; elsewhere they describe the last holder that
- * committed, so they are cleared rather than shown wrongly, and the
- * holder's own publication fills them in. */
+ * say. Where the dialect reads what the holder published (every one now)
+ * the row's columns describe the last holder that committed, so they are
+ * cleared rather than shown wrongly, and the publication fills them in. */
 static int for_update_inspect(dbl_op *op, dblock_lock_info *o) {
   int rc, held;
   if ((rc = probe_held(op, &held)) != 0) return rc;
@@ -193,7 +199,7 @@ static int for_update_inspect(dbl_op *op, dblock_lock_info *o) {
 
 /* A held for_update lock is a transaction: end it by ending its session.
  * PostgreSQL finds the session through the row's locker; MariaDB reads the
- * session id the holder wrote (uncommitted) and kills that connection.
+ * session id the holder published and kills that connection.
  * Either needs the right to end the holder's session (same user, or
  * pg_signal_backend / CONNECTION ADMIN). */
 static int for_update_end_holder(dbl_op *op) {

@@ -60,7 +60,8 @@ static int cmd_acquire(args *a) {
   return CLI_OK;
 }
 
-const command cmd_acquire_def = {"acquire", 0, cmd_acquire, "acquire NAME [--lease D] [--wait D]",
+const command cmd_acquire_def = {"acquire", O_FAIR, cmd_acquire,
+    "acquire NAME [--lease D] [--wait D] [--fair]",
     "Acquires NAME with an explicit lease (default 30s) that is NOT renewed and\n"
     "outlives this process, so a lock can be held across shell steps. Prints\n"
     "  fence=N      the fencing token\n"

@@ -124,8 +124,8 @@ static int cmd_run(args *a) {
   return code;
 }
 
-const command cmd_run_def = {"run", O_KILL_AFTER | O_MIN_HOLD, cmd_run,
-    "run NAME [--wait D] [--lease D] [--kill-after D] [--min-hold D] -- CMD [ARGS...]",
+const command cmd_run_def = {"run", O_KILL_AFTER | O_MIN_HOLD | O_FAIR, cmd_run,
+    "run NAME [--wait D] [--lease D] [--kill-after D] [--min-hold D] [--fair] -- CMD [ARGS...]",
     "Acquires NAME (waiting --wait, default forever), runs CMD with DBLOCK_NAME\n"
     "and DBLOCK_FENCE in its environment, renews the lease (--lease, default\n"
     "30s) in the background while CMD runs, releases the lock when CMD exits and\n"
@@ -136,4 +136,6 @@ const command cmd_run_def = {"run", O_KILL_AFTER | O_MIN_HOLD, cmd_run,
     "lock stays held (renewed) until D after the grant even when CMD ends\n"
     "sooner, so the same job started by cron on several hosts runs once per\n"
     "schedule. SIGINT, SIGTERM or SIGHUP while waiting for the lock: exit\n"
-    "128+N, nothing held.\n"};
+    "128+N, nothing held. With --fair, waiters get the lock in the order they\n"
+    "asked, across hosts (PostgreSQL with insert or optimistic; elsewhere it is\n"
+    "refused, exit 2).\n"};

@@ -52,6 +52,9 @@ static const char OPTIONS_HELP[] =
     "  --kill-after D             run: SIGKILL delay after SIGTERM on a lost lock\n"
     "  --min-hold D               run: hold at least D after the grant (once per\n"
     "                               schedule across hosts)\n"
+    "  --fair                     run, acquire: wait in line — grants in arrival\n"
+    "                               order across hosts (PostgreSQL, insert or\n"
+    "                               optimistic)\n"
     "  --grace D, --batch N       reap: grace after expiry, rows per statement\n"
     "  -h, --help                 help (COMMAND --help: that command's)\n"
     "  -V, --version              print the version\n"
@@ -107,7 +110,7 @@ static const struct {
   unsigned bit;
 } OPT_NAMES[] = {{"--status", O_STATUS}, {"--token", O_TOKEN}, {"--grace", O_GRACE},
                  {"--batch", O_BATCH}, {"--kill-after", O_KILL_AFTER},
-                 {"--min-hold", O_MIN_HOLD}, {"--baseline", O_BASELINE}};
+                 {"--min-hold", O_MIN_HOLD}, {"--baseline", O_BASELINE}, {"--fair", O_FAIR}};
 
 /* Parses option opt's duration v into *out (ms): 'forever' (-1) only with
  * allow_forever, at least min_ms otherwise. Returns 0 or a usage error. */
@@ -139,7 +142,7 @@ static int parse_int(args *a, const char *opt, const char *v, long lo, long hi, 
  * options apply to it, and runs it: its result is the exit status. */
 int main(int argc, char **argv) {
   enum { L_URL = 1000, L_STRATEGY, L_LEASE, L_TABLE, L_JSON, L_STATUS, L_TOKEN, L_GRACE,
-         L_BATCH, L_KILL_AFTER, L_MIN_HOLD, L_BASELINE, L_OWNER_HOST };
+         L_BATCH, L_KILL_AFTER, L_MIN_HOLD, L_BASELINE, L_OWNER_HOST, L_FAIR };
   static const struct option longopts[] = {
       {"url", required_argument, NULL, L_URL},
       {"strategy", required_argument, NULL, L_STRATEGY},
@@ -156,6 +159,7 @@ int main(int argc, char **argv) {
       {"min-hold", required_argument, NULL, L_MIN_HOLD},
       {"baseline", no_argument, NULL, L_BASELINE},
       {"owner-host", required_argument, NULL, L_OWNER_HOST},
+      {"fair", no_argument, NULL, L_FAIR},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -205,6 +209,7 @@ int main(int argc, char **argv) {
     case L_JSON: a.seen |= O_JSON; a.json = 1; break;
     case L_STATUS: a.seen |= O_STATUS; a.migrate_status = 1; break;
     case L_BASELINE: a.seen |= O_BASELINE; a.baseline = 1; break;
+    case L_FAIR: a.seen |= O_FAIR; a.fair = 1; break;
     case L_TOKEN: a.seen |= O_TOKEN; a.token = optarg; break;
     case L_GRACE:
       a.seen |= O_GRACE;

@@ -66,6 +66,7 @@ int cli_open_client(dblock_client **cl, args *a) {
   o.strategy = a->strategy;
   o.table = a->table;
   o.owner_host = a->owner_host;
+  o.fair = a->fair;
   o.on_lost = on_lost;
   /* Commands that only read may run against a replica (and on Galera
    * whatever --strategy says). */
@@ -84,8 +85,9 @@ int cli_open_client(dblock_client **cl, args *a) {
     if (margin < a->kill_after_ms + 250) margin = a->kill_after_ms + 250;
     o.loss_margin_ms = margin;
   }
-  if ((rc = dblock_client_open(cl, url, &o)) != 0)
-    return cli_fail(a, "cannot open the database", NULL, rc);
+  if ((rc = dblock_client_open(cl, url, &o)) != 0 && rc == DBLOCK_EUNSUPPORTED && a->fair)
+    return cli_usage_error(a, "--fair needs PostgreSQL with the insert or optimistic strategy");
+  if (rc != 0) return cli_fail(a, "cannot open the database", NULL, rc);
   return 0;
 }
 

@@ -39,6 +39,7 @@ enum {
   O_MIN_HOLD = 1 << 14,
   O_BASELINE = 1 << 15,
   O_OWNER_HOST = 1 << 16,
+  O_FAIR = 1 << 17,
 };
 
 /* Options every command accepts (some are simply unused by a command). */
@@ -52,7 +53,7 @@ typedef struct args {
   int64_t lease_ms, wait_ms, grace_ms, kill_after_ms, min_hold_ms;
   int batch;
   int conflict_code;
-  int json, migrate_status, baseline;
+  int json, migrate_status, baseline, fair;
   const struct command *cmd;
   char **pos; /* positional arguments after the command name */
   int npos;

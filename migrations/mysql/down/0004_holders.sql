@@ -1,0 +1,2 @@
+-- Reverts 0004_holders.sql.
+DROP TABLE IF EXISTS ${table}_holders;
