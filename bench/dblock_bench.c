@@ -153,8 +153,8 @@ static void reset_tables(void) {
         raw_q(&r, sql, &p, 1);
       }
   } else {
-    const char *objs[] = {"%s_migrations", "%s_alive", "%s_queue", "%s"};
-    for (int i = 0; i < 4; i++) {
+    const char *objs[] = {"%s_migrations", "%s_alive", "%s_queue", "%s_holders", "%s"};
+    for (int i = 0; i < 5; i++) {
       char obj[64];
       snprintf(obj, sizeof obj, objs[i], "bench_locks");
       snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s%s",

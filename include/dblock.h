@@ -182,11 +182,15 @@ typedef struct dblock_options {
   /* ---- version 5 ---- */
   int fair;                   /* 1: grants of a name in the order its
                                  blocking waiters arrived, across processes
-                                 and hosts (a ticket per waiter); a waiter
-                                 that dies holds the line for at most
-                                 min(1 s, lease). PostgreSQL with insert or
-                                 optimistic only: elsewhere (and with
-                                 for_update) DBLOCK_EUNSUPPORTED at open. */
+                                 and hosts (a ticket per waiter; clients
+                                 without it may still take a free name no
+                                 waiter was handed). A waiter that dies holds
+                                 the line for about its alive window,
+                                 max(1 s, 4 x backoff_max_ms) but never more
+                                 than the lease (twice that at worst).
+                                 PostgreSQL with insert or optimistic only:
+                                 elsewhere (and with for_update)
+                                 DBLOCK_EUNSUPPORTED at open. */
 } dblock_options;
 
 #define DBLOCK_OPTIONS_INIT {.version = DBLOCK_OPTIONS_VERSION}

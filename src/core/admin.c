@@ -292,6 +292,15 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
       nanosleep(&gap, NULL);
     }
   }
+  if (rc == 0) {
+    /* The wait queue's dead tickets (waiters that stopped refreshing
+     * them), where the dialect has a queue. Not counted as lock rows. */
+    dbl_sqlrun x = dbl_runner(cl, pc->c, &e);
+    dbl_param p = DBL_I64(grace_ms * 1000);
+    dbl_out o;
+    dbl_call_bound(cl, pc, 0);
+    rc = dbl_sql_run(&x, DBL_S_QUEUE_REAP, &p, 1, &o, 0);
+  }
   dbl_pool_return(cl, pc, rc);
   if (deleted) *deleted = total;
   return rc ? dbl_fail(cl, &e) : 0;

@@ -150,6 +150,10 @@ static const probe PROBES[] = {
      {"SELECT count(*) FROM information_schema.columns WHERE table_schema = '${schema}' AND "
       "table_name = '${table}' AND column_name = 'owner_session'"}},
     {"postgres", 3, {PG_REL("_alive")}},
+    {"postgres", 4,
+     {PG_REL("_queue"),
+      "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+      "WHERE n.nspname = '${schema}' AND p.proname = '${table}_hand_off'"}},
     {"mysql", 1,
      {MY_REL("") " AND table_type = 'BASE TABLE'",
       "SELECT count(*) FROM ${table} WHERE name = ''",
@@ -158,6 +162,7 @@ static const probe PROBES[] = {
      {"SELECT count(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND "
       "table_name = '${table}' AND column_name = 'owner_session'"}},
     {"mysql", 3, {MY_REL("_alive")}},
+    {"mysql", 4, {MY_REL("_holders")}},
     {"sqlite", 1,
      {"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '${table}'",
       "SELECT count(*) FROM ${table} WHERE name = ''"}},

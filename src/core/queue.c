@@ -83,7 +83,10 @@ static dbl_conn *listen_conn(dblock_client *cl) {
   dbl_err e;
   int rc, armed;
   memset(&e, 0, sizeof e);
-  if (cl->drv->connect(&c, &cl->url, cl->opts.connect_timeout_ms, &e) != 0) {
+  /* (at most 1 s: closing the client waits for a connect in progress) */
+  if (cl->drv->connect(&c, &cl->url,
+                       cl->opts.connect_timeout_ms < 1000 ? cl->opts.connect_timeout_ms : 1000,
+                       &e) != 0) {
     dbl_lock(cl);
     L->tried = 1;
     dbl_signal(&L->woke, 1);
@@ -155,7 +158,7 @@ static void *listener_main(void *arg) {
 int dbl_queue_ready(dblock_client *cl, int64_t wait_ms) {
   struct dbl_listener *L;
   int64_t end = dbl_mono_ms() + wait_ms;
-  int ready;
+  int ready, no_thread = 0;
   if (!dbl_queue_possible(cl) || !can_listen(cl)) return 0;
   dbl_lock(cl);
   if (!cl->lsn && !cl->closing && (L = calloc(1, sizeof *L)) != NULL) {
@@ -166,10 +169,8 @@ int dbl_queue_ready(dblock_client *cl, int64_t wait_ms) {
     pthread_condattr_destroy(&ca);
     cl->lsn = L;
     L->started = pthread_create(&L->thread, NULL, listener_main, cl) == 0;
-    if (!L->started) {
-      L->stop = 1; /* no thread: this client polls */
-      dbl_log(cl, DBLOCK_LOG_WARNING, "wait queue: no listener thread; waiters poll");
-    }
+    L->stop = !L->started; /* no thread: this client polls */
+    no_thread = !L->started;
   }
   /* (the first waiter of a client waits for the LISTEN: a process that
    * waits once — `dblock run` on a busy name — is woken too) */
@@ -180,12 +181,11 @@ int dbl_queue_ready(dblock_client *cl, int64_t wait_ms) {
   }
   ready = cl->lsn && cl->lsn->ready && !cl->lsn->stop;
   dbl_unlock(cl);
+  if (no_thread) dbl_log(cl, DBLOCK_LOG_WARNING, "wait queue: no listener thread; waiters poll");
   return ready;
 }
 
-const char *dbl_queue_channel(const dblock_client *cl) {
-  return cl->channel;
-}
+const char *dbl_queue_channel(const dblock_client *cl) { return cl->channel; }
 
 int dbl_queue_sleep(dblock_client *cl, int64_t ticket, int64_t ms) {
   struct dbl_listener *L = cl->lsn;
@@ -217,14 +217,14 @@ void dbl_queue_leave(dblock_client *cl, int64_t ticket) {
   dbl_pconn *pc;
   dbl_err e;
   dbl_out o;
-  dbl_param p = DBL_I64(ticket);
+  dbl_param p[2] = {DBL_I64(ticket), DBL_STR(cl->channel)};
   int rc;
   memset(&e, 0, sizeof e);
   if (dbl_pool_get(cl, &pc, 0, &e) != 0) return; /* the ticket dies by itself */
   dbl_call_bound(cl, pc, 0);
   {
     dbl_sqlrun x = dbl_runner(cl, pc->c, &e);
-    rc = dbl_call_check(cl, pc, dbl_sql_run(&x, DBL_S_QUEUE_LEAVE, &p, 1, &o, 0), &e);
+    rc = dbl_call_check(cl, pc, dbl_sql_run(&x, DBL_S_QUEUE_LEAVE, p, 2, &o, 0), &e);
   }
   dbl_pool_return(cl, pc, rc);
 }

@@ -98,6 +98,15 @@ static const char FU_PUBLISH[] =
     "ON DUPLICATE KEY UPDATE holder = VALUES(holder), session = VALUES(session), "
     "acquired_at = VALUES(acquired_at)";
 
+/* The release: COMMIT, then the holder's entry out of the table — one
+ * round trip (a multi-statement script; the name as a hex literal). Its own
+ * entry only: the next holder may have written its own in between. (The
+ * DELETE opens no InnoDB transaction worth the name: MEMORY is not
+ * transactional, and the next lock_begin goes on in it.) */
+static const char FU_RELEASE[] =
+    "COMMIT; DELETE FROM ${table}_holders WHERE name = ${name_hex} "
+    "AND session = CONNECTION_ID()";
+
 /* What the holder published (trusted only while the row is locked). */
 static const char FU_HOLDER[] =
     "SELECT holder, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', acquired_at) "
@@ -217,6 +226,7 @@ const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
     [DBL_S_FU_CREATE] = {FU_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_TAKE] = {FU_TAKE, "4", 1, {0, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
     [DBL_S_FU_PUBLISH] = {FU_PUBLISH, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_FU_RELEASE] = {FU_RELEASE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_PING] = {"SELECT 1", NULL, 1, DBL_OUT_NONE},
     [DBL_S_LEASE_RENEW] = {LEASE_RENEW, NULL, 0, DBL_OUT_VERSION(DBL_FROM_INSERT_ID)},
     [DBL_S_LEASE_DECR] = {LEASE_DECR, NULL, 0, DBL_OUT_VERSION(DBL_FROM_INSERT_ID)},

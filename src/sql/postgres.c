@@ -78,17 +78,19 @@ static const char INSERT_ACQUIRE[] = INSERT_ACQUIRE_BODY;
  * parameters after the plain statement's: the ticket (0: none), join, the
  * client's channel, the alive window and the turn length in µs. */
 #define QUEUE_CTES_PG                                                                  \
-  "d AS (DELETE FROM ${schema}.${table}_queue WHERE ticket = ?::int8 "                 \
+  "d AS (DELETE FROM ${schema}.${table}_queue WHERE ticket = ?::int8 AND channel = ? " \
   "AND EXISTS (SELECT 1 FROM g)), "                                                    \
   "j AS (INSERT INTO ${schema}.${table}_queue (name, channel, turn_len, alive_until) "  \
   "SELECT ?, ?, ?::int8 * interval '1 microsecond', "                                  \
   "statement_timestamp() + ?::int8 * interval '1 microsecond' "                        \
   "WHERE ?::int4 = 1 AND NOT EXISTS (SELECT 1 FROM g) AND NOT EXISTS "                  \
-  "(SELECT 1 FROM ${schema}.${table}_queue WHERE ticket = ?::int8) RETURNING ticket), " \
+  "(SELECT 1 FROM ${schema}.${table}_queue WHERE ticket = ?::int8 AND channel = ?) "   \
+  "RETURNING ticket), "                                                                 \
   "r AS (UPDATE ${schema}.${table}_queue SET "                                          \
   "alive_until = statement_timestamp() + ?::int8 * interval '1 microsecond', "          \
   "turn_until = CASE WHEN turn_until <= statement_timestamp() THEN NULL "               \
-  "ELSE turn_until END WHERE ticket = ?::int8 AND NOT EXISTS (SELECT 1 FROM g) "        \
+  "ELSE turn_until END WHERE ticket = ?::int8 AND channel = ? "                         \
+  "AND NOT EXISTS (SELECT 1 FROM g) "                                                   \
   "RETURNING ticket), "                                                                 \
   "s AS (SELECT l.strategy, (NOT " TAKEABLE_PG("?", "?::int8") ")::int AS busy "        \
   "FROM ${schema}.${table} AS l WHERE l.name = ?) "                                     \
@@ -185,16 +187,20 @@ static const char FU_CREATE[] =
 
 /* A waiter that gives up (timed out, cancelled, failed) drops its ticket;
  * if the name was handed to it, the turn passes on as a release would pass
- * it. Params: ticket. */
+ * it (its commit need not be flushed: the queue is UNLOGGED). Params:
+ * ticket, channel. A ticket is always named with its client's channel:
+ * the numbers start again at 1 after a crash empties the queue, and a
+ * waiter may still hold a number from before. */
 static const char QUEUE_LEAVE[] =
-    "WITH x AS (DELETE FROM ${schema}.${table}_queue WHERE ticket = ?::int8 "
+    "WITH x AS (DELETE FROM ${schema}.${table}_queue WHERE ticket = ?::int8 AND channel = ? "
     "RETURNING ticket, name, turn_until > statement_timestamp() AS had_turn), "
     "n AS (UPDATE ${schema}.${table}_queue q SET "
     "turn_until = statement_timestamp() + q.turn_len, "
     "alive_until = GREATEST(q.alive_until, statement_timestamp() + q.turn_len) "
     "WHERE q.ticket = (SELECT w.ticket FROM ${schema}.${table}_queue w JOIN x "
     "ON w.name = x.name AND w.ticket <> x.ticket AND x.had_turn WHERE " NEXT_TURN_PG " ORDER BY w.ticket LIMIT 1) "
-    "RETURNING CASE WHEN q.channel <> '' THEN pg_notify(q.channel, q.ticket::text) END) "
+    "RETURNING CASE WHEN q.channel <> '' THEN pg_notify(q.channel, q.ticket::text) END, "
+    "set_config('synchronous_commit', 'off', true)) "
     "SELECT (SELECT count(*) FROM n) FROM x";
 /* Dead tickets (their waiter stopped refreshing them). Params: grace µs. */
 static const char QUEUE_REAP[] =
@@ -312,11 +318,11 @@ static const char EPOCH_VOUCH[] =
 
 const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "0123450437866678", 1, {0, 1, 2, 3}},
-    [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "012345043786667890bdca9c943780", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "01234504378666789b0bdca9bc9b43780", 1, {0, 1, 2, 3}},
     [DBL_S_INSERT_FREE] = {INSERT_FREE, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_OPT_FREE] = {OPT_FREE, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_OPT_CAS] = {OPT_CAS, "012012012341056770189", 1, {0, 1, 2, 3}},
-    [DBL_S_OPT_QUEUED] = {OPT_QUEUED, "012012012341056770189a6cedbada01896", 1, {0, 1, 2, 3}},
+    [DBL_S_OPT_QUEUED] = {OPT_QUEUED, "012012012341056770189ac6cedbacdac01896", 1, {0, 1, 2, 3}},
     [DBL_S_OPT_READ] = {OPT_READ, "01342", 1, DBL_OUT_NONE},
     [DBL_S_OPT_CREATE] = {OPT_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_CREATE] = {FU_CREATE, NULL, 0, DBL_OUT_NONE},

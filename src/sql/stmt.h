@@ -66,6 +66,10 @@ typedef enum dbl_sid {
   /* for_update: publish the holder after FU_TAKE, where FU_TAKE cannot.
    * Params: name, fence, pid, thread, host. NULL: FU_TAKE did it. */
   DBL_S_FU_PUBLISH,
+  /* for_update: the release, where it is more than a COMMIT: a script in
+   * which ${name_hex} stands for the name as a hex literal (X'..'; see
+   * dbl_sql_script_name). NULL: a plain COMMIT. */
+  DBL_S_FU_RELEASE,
   /* for_update: is the holding session alive? No params. NULL SQL: the
    * dialect has nothing to check (SQLite: the transaction is in-process). */
   DBL_S_FU_PING,
@@ -105,8 +109,8 @@ typedef enum dbl_sid {
   DBL_S_INFO_ALL,
   /* force-unlock. Params: name. Out: the new fence. Count 1 = done. */
   DBL_S_FORCE,
-  /* the wait queue: drop a ticket (params: ticket), and the reaper's
-   * sweep of dead tickets (params: grace µs). NULL: no queue. */
+  /* the wait queue: drop a ticket (params: ticket, channel), and the
+   * reaper's sweep of dead tickets (params: grace µs). NULL: no queue. */
   DBL_S_QUEUE_LEAVE,
   DBL_S_QUEUE_REAP,
   /* forget a free name. Params: name. Count 1 = deleted. */
@@ -188,6 +192,10 @@ int dbl_sql_run_locking(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, in
 /* Runs a parameterless statement as a script (SET, multi-statement);
  * 0 without a round trip where the dialect has none. */
 int dbl_sql_script(const dbl_sqlrun *x, dbl_sid id);
+/* The same for a script naming a lock: ${name_hex} in its text becomes
+ * the name as a hex literal (X'6e616d65'), which no name can break out of.
+ * For the few multi-statement scripts that need a value. */
+int dbl_sql_script_name(const dbl_sqlrun *x, dbl_sid id, const char *name, size_t len);
 
 /* A dialect: its statements, and the few procedures whose steps (not only
  * whose text) differ between databases. */

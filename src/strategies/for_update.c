@@ -15,7 +15,8 @@
  * pg_stat_activity at once, reverted by COMMIT/ROLLBACK, found through the
  * row's locker (xmax = backend_xid). MariaDB: no row write at all — the
  * grant only locks the row, then writes the holder into the MEMORY table
- * ${table}_holders (DBL_S_FU_PUBLISH), so COMMIT has no redo to flush
+ * ${table}_holders (DBL_S_FU_PUBLISH; the release deletes it right after
+ * its COMMIT, DBL_S_FU_RELEASE), so COMMIT has no redo to flush
  * (migration 0004). SQLite
  * publishes "ACQUIRED FENCE PID THREAD HOST" through the driver's
  * dblock_publish() (src/sql/sqlite.c FU_TAKE). Introspection finds a held
@@ -108,7 +109,9 @@ static int for_update_acquire(dbl_op *op, int64_t wait_ms) {
 static int for_update_release(dbl_op *op, int final) {
   int rc;
   if (!final) return 0;
-  rc = op->drv->commit(op->conn, op->e);
+  /* (MariaDB: the COMMIT and the holder's entry out, in one round trip) */
+  rc = op->defs[DBL_S_FU_RELEASE].sql ? dbl_run_script_name(op, DBL_S_FU_RELEASE)
+                                      : op->drv->commit(op->conn, op->e);
   /* A commit that fails on a dead session, or is refused as a deadlock /
    * certification conflict (a multi-primary cluster: the transaction is
    * already rolled back, and a second COMMIT would "succeed" on nothing):
