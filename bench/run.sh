@@ -22,7 +22,10 @@ fails=0
 field() { # json key
   printf '%s\n' "$1" | sed -n 's/.*"'"$2"'":"\{0,1\}\([^,"}]*\).*/\1/p'
 }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+ratio() { # (numbers only: "-" for words such as the wake-up path, or a zero floor)
+  awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b + 0 > 0)
+    printf "%.2f", a / b; else print "-" }'
+}
 
 measure() { # label url strategy workload clients names mode
   line=$("$bin" --url "$2" --strategy "$3" --workload "$4" --clients "$5" --names "$6" \
@@ -84,8 +87,10 @@ for be in $backends; do
         W4*) ms=statements_per_grant ;;
         esac
         for m in $ms; do
+          label=$m
+          [ "$m" = statements_per_grant ] && label="statements/grant ($c clients)"
           printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' redis set-nx "${wl%%-*}" \
-            "$m${wl#W4}" "$(field "$d" $m)" - - "$(field "$d" check)"
+            "$label" "$(field "$d" $m)" - - "$(field "$d" check)"
         done
       done
       stop_redis
