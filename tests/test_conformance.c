@@ -280,10 +280,17 @@ static void test_holder_killed(void **s) {
 
 /* Clause 6: try, timed (returns within 50 ms of its deadline) and
  * blocking waits. */
+
+/* Grant order across the threads of one test. */
+static atomic_int g_order;
+
+/* A thread that waits for name, records when and in which order it was
+ * granted, holds it hold_ms and releases it. */
 typedef struct waiter {
   dblock_client *c;
   const char *name;
-  int rc;
+  int64_t hold_ms;
+  int rc, order;
   int64_t got_at;
 } waiter;
 
@@ -292,7 +299,11 @@ static void *blocking_waiter(void *arg) {
   dblock_lock *l = NULL;
   w->rc = dblock_lock_acquire(&l, w->c, w->name, -1, 0);
   w->got_at = tu_now_ms();
-  if (w->rc == 0) dblock_lock_release(l);
+  w->order = atomic_fetch_add(&g_order, 1);
+  if (w->rc == 0) {
+    tu_sleep_ms(w->hold_ms);
+    dblock_lock_release(l);
+  }
   return NULL;
 }
 
@@ -313,7 +324,7 @@ static void test_try_timed_blocking(void **s) {
   assert_int_equal(dblock_lock_acquire(&lb, b, name, 300, 0), DBLOCK_ETIMEOUT);
   el = tu_now_ms() - t0;
   if (el < 300 || el > 350) fail_msg("timed wait of 300 ms took %lld ms", (long long)el);
-  w = (waiter){c, name, -99, 0};
+  w = (waiter){.c = c, .name = name, .rc = -99};
   assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
   tu_sleep_ms(200);
   t0 = tu_now_ms();
@@ -1043,30 +1054,6 @@ static int no_queue_refuses_fair(void) {
   return 1;
 }
 
-/* Grant order across the threads of one test. */
-static atomic_int g_order;
-
-typedef struct qwaiter {
-  dblock_client *c;
-  const char *name;
-  int64_t hold_ms;
-  int rc, order;
-  int64_t got_at;
-} qwaiter;
-
-static void *queue_waiter(void *arg) {
-  qwaiter *w = arg;
-  dblock_lock *l = NULL;
-  w->rc = dblock_lock_acquire(&l, w->c, w->name, -1, 0);
-  w->got_at = tu_now_ms();
-  w->order = atomic_fetch_add(&g_order, 1);
-  if (w->rc == 0) {
-    tu_sleep_ms(w->hold_ms);
-    dblock_lock_release(l);
-  }
-  return NULL;
-}
-
 /* A waiter whose polls are 5 s apart gets the name within 300 ms of its
  * release: the release woke it (stats.wakeups counts it). for_update is
  * granted from the server's own wait as promptly (no wake-up counted).
@@ -1076,7 +1063,7 @@ static void test_release_wakes_waiter(void **s) {
   char name[128];
   dblock_client *a, *b;
   dblock_stats st;
-  qwaiter w;
+  waiter w;
   pthread_t th;
   dblock_lock *l;
   int64_t t0;
@@ -1086,8 +1073,8 @@ static void test_release_wakes_waiter(void **s) {
   b = cli_queue(0, 5000);
   snprintf(name, sizeof name, "%s", tu_name("wake"));
   l = tu_acquire(a, name, 0, 0);
-  w = (qwaiter){.c = b, .name = name, .rc = -99};
-  assert_int_equal(pthread_create(&th, NULL, queue_waiter, &w), 0);
+  w = (waiter){.c = b, .name = name, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
   tu_sleep_ms(500); /* b asked, found it held, and sleeps */
   t0 = tu_now_ms();
   must_release(l);
@@ -1114,7 +1101,7 @@ static void test_release_wakes_waiter(void **s) {
 static void test_release_hands_off_in_order(void **s) {
   char name[128];
   dblock_client *a, *c[3];
-  qwaiter w[3];
+  waiter w[3];
   pthread_t th[3];
   dblock_lock *l;
   int mine, ordered = !no_queue_refuses_fair();
@@ -1125,8 +1112,8 @@ static void test_release_hands_off_in_order(void **s) {
   atomic_store(&g_order, 0);
   for (int i = 0; i < 3; i++) {
     c[i] = cli_queue(0, 0);
-    w[i] = (qwaiter){.c = c[i], .name = name, .hold_ms = 50, .rc = -99};
-    assert_int_equal(pthread_create(&th[i], NULL, queue_waiter, &w[i]), 0);
+    w[i] = (waiter){.c = c[i], .name = name, .hold_ms = 50, .rc = -99};
+    assert_int_equal(pthread_create(&th[i], NULL, blocking_waiter, &w[i]), 0);
     tu_sleep_ms(300); /* queued before the next one comes */
   }
   must_release(l);
@@ -1154,7 +1141,7 @@ static void test_release_hands_off_in_order(void **s) {
 static void test_fair_mode(void **s) {
   char name[128];
   dblock_client *a, *b, *n, *plain;
-  qwaiter w;
+  waiter w;
   pthread_t th;
   dblock_lock *l;
   pid_t kid;
@@ -1167,8 +1154,8 @@ static void test_fair_mode(void **s) {
   plain = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("fair"));
   assert_int_equal(dblock_lock_acquire(&l, a, name, 0, 300), 0); /* not renewed */
-  w = (qwaiter){.c = b, .name = name, .hold_ms = 300, .rc = -99};
-  assert_int_equal(pthread_create(&th, NULL, queue_waiter, &w), 0);
+  w = (waiter){.c = b, .name = name, .hold_ms = 300, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
   tu_sleep_ms(400); /* the lease has run out; b holds a ticket */
   /* (b may have polled its way in meanwhile: then it holds the name) */
   assert_int_equal(tu_try(n, name), DBLOCK_EBUSY);
@@ -1189,8 +1176,8 @@ static void test_fair_mode(void **s) {
   tu_sleep_ms(500); /* the child is queued */
   kill(kid, SIGKILL);
   waitpid(kid, NULL, 0);
-  w = (qwaiter){.c = n, .name = name, .hold_ms = 0, .rc = -99};
-  assert_int_equal(pthread_create(&th, NULL, queue_waiter, &w), 0);
+  w = (waiter){.c = n, .name = name, .hold_ms = 0, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
   tu_sleep_ms(100);
   t0 = tu_now_ms();
   must_release(l);
@@ -1205,6 +1192,60 @@ static void test_fair_mode(void **s) {
   dblock_client_free(b);
   dblock_client_free(n);
   dblock_client_free(plain);
+}
+
+/* The hard variant of a lost wake-up: the server session of b's listener
+ * stalls with its socket open (its backend SIGSTOPped), so the release's
+ * NOTIFY is never delivered and nothing tells b's client. b is granted
+ * anyway, by the queued waiter's own poll (every 250 ms with the default
+ * backoff), and no wake-up is counted. */
+static void test_stalled_listener_falls_back_to_polling(void **s) {
+  char name[128];
+  dblock_client *a, *b;
+  dblock_stats before, after;
+  waiter w;
+  pthread_t th;
+  dblock_lock *l;
+  int64_t pid = 0, t0;
+  (void)s;
+  if (no_queue_refuses_fair()) return;
+  a = cli(0);
+  b = cli_queue(0, 0);
+  snprintf(name, sizeof name, "%s", tu_name("stalled-listener"));
+  /* a first wait, so that b has its listener */
+  l = tu_acquire(a, name, 0, 0);
+  w = (waiter){.c = b, .name = name, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
+  tu_sleep_ms(300);
+  must_release(l);
+  pthread_join(th, NULL);
+  assert_int_equal(w.rc, 0);
+  assert_int_equal(dblock_client_stats(b, &before, sizeof before), 0);
+  assert_true(before.wakeups >= 1);
+  tu_sql(cur.url,
+         "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN \"dblock\\_%' "
+         "AND pid <> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1",
+         &pid);
+  assert_true(pid > 0);
+  assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  l = tu_acquire(a, name, 0, 0);
+  w = (waiter){.c = b, .name = name, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
+  tu_sleep_ms(300);
+  t0 = tu_now_ms();
+  dblock_lock_release(l);
+  pthread_join(th, NULL);
+  kill((pid_t)pid, SIGCONT);
+  assert_int_equal(w.rc, 0);
+  assert_int_equal(dblock_client_stats(b, &after, sizeof after), 0);
+  print_message("stalled listener %s/%s: granted %lld ms after the release, by polling\n",
+                cur.backend, dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
+  if (w.got_at - t0 > 1500)
+    fail_msg("with its listener stalled, the waiter was granted %lld ms after the release",
+             (long long)(w.got_at - t0));
+  assert_int_equal(after.wakeups, before.wakeups);
+  dblock_client_free(a);
+  dblock_client_free(b);
 }
 
 /* MariaDB for_update: a grant writes no redo, so its COMMIT has nothing to
@@ -1282,6 +1323,7 @@ int main(void) {
       cmocka_unit_test(test_release_wakes_waiter),
       cmocka_unit_test(test_release_hands_off_in_order),
       cmocka_unit_test(test_fair_mode),
+      cmocka_unit_test(test_stalled_listener_falls_back_to_polling),
       cmocka_unit_test(test_for_update_grant_writes_no_redo),
   };
   static const dblock_strategy strategies[] = {
