@@ -1146,6 +1146,40 @@ static dblock_client *open_when_back(void) {
   return c;
 }
 
+/* Sets up a PostgreSQL crash: the WAL writer slowed to 10 s (so that
+ * unflushed commits stay unflushed) and a victim — a backend of our own
+ * user (so its query is visible), asleep in a forked child — whose SIGKILL
+ * makes the postmaster reinitialize: every session ends and unflushed WAL
+ * is lost. Returns the child (to reap); *victim = the backend's pid. Undo
+ * with pg_crash_done. */
+static pid_t pg_crash_victim(int64_t *victim) {
+  pid_t sleeper;
+  pg_admin("ALTER SYSTEM SET wal_writer_delay = '10s'");
+  pg_admin("SELECT pg_reload_conf()");
+  if ((sleeper = fork()) == 0) {
+    dbl_conn *c;
+    dbl_err e;
+    const dbl_driver *d;
+    if (!(c = tu_conn(cur.url, &d))) _exit(1);
+    d->query(c, "SELECT pg_sleep(60)", NULL, 0, NULL, &e);
+    _exit(0);
+  }
+  *victim = 0;
+  for (int i = 0; i < 100 && !*victim; i++) {
+    tu_sql(cur.url, "SELECT COALESCE(MAX(pid), 0) FROM pg_stat_activity "
+                    "WHERE query = 'SELECT pg_sleep(60)'", victim);
+    if (!*victim) tu_sleep_ms(50);
+  }
+  if (!*victim) fail_msg("no backend to kill");
+  return sleeper;
+}
+
+static void pg_crash_done(pid_t sleeper) {
+  if (sleeper > 0) waitpid(sleeper, NULL, 0);
+  pg_admin("ALTER SYSTEM RESET wal_writer_delay");
+  pg_admin("SELECT pg_reload_conf()");
+}
+
 /* The server crashes right after a grant, before its sequence value was
  * flushed. PostgreSQL: an unrelated backend is SIGKILLed (the OOM killer's
  * way) with restart_after_crash on: the postmaster reinitializes without
@@ -1162,23 +1196,7 @@ static void test_crash_fence(void **s) {
   pid_t sleeper = 0;
   (void)s;
   if (is("postgres")) {
-    pg_admin("ALTER SYSTEM SET wal_writer_delay = '10s'");
-    pg_admin("SELECT pg_reload_conf()");
-    /* The victim: a backend of our own user (so its query is visible). */
-    if ((sleeper = fork()) == 0) {
-      dbl_conn *c;
-      dbl_err e;
-      const dbl_driver *d;
-      if (!(c = tu_conn(cur.url, &d))) _exit(1);
-      d->query(c, "SELECT pg_sleep(60)", NULL, 0, NULL, &e);
-      _exit(0);
-    }
-    for (int i = 0; i < 100 && !victim; i++) {
-      tu_sql(cur.url, "SELECT COALESCE(MAX(pid), 0) FROM pg_stat_activity "
-                      "WHERE query = 'SELECT pg_sleep(60)'", &victim);
-      if (!victim) tu_sleep_ms(50);
-    }
-    if (!victim) fail_msg("no backend to kill");
+    sleeper = pg_crash_victim(&victim);
   }
   a = open_on(cur.url, 1000);
   if (is("postgres")) {
@@ -1206,11 +1224,55 @@ static void test_crash_fence(void **s) {
              (long long)f2, (long long)f1);
   assert_int_equal(dblock_lock_release(lb), 0);
   dblock_client_free(b);
-  if (sleeper > 0) waitpid(sleeper, NULL, 0);
-  if (is("postgres")) {
-    pg_admin("ALTER SYSTEM RESET wal_writer_delay");
-    pg_admin("SELECT pg_reload_conf()");
+  if (is("postgres")) pg_crash_done(sleeper);
+}
+
+/* PostgreSQL insert / optimistic: a release commits without waiting for
+ * its flush. The server crashes right after one (a backend SIGKILLed, the
+ * postmaster reinitializes, unflushed WAL is lost): the release is gone,
+ * and the name comes back held by an owner that let it go. Nobody else
+ * may take it before its lease ends (the row says held), the old owner
+ * may take it again at once — afresh, with a greater fence, since its
+ * client knows it holds nothing — and after that release the other
+ * client's grant is greater still. */
+static void test_crash_after_release(void **s) {
+  const char *name = tu_name("crashrel");
+  dblock_client *a, *b;
+  dblock_lock *la, *lb = NULL;
+  int64_t f1, f2, victim, end;
+  pid_t sleeper;
+  int rc;
+  (void)s;
+  if (!is("postgres") || !leased()) return;
+  sleeper = pg_crash_victim(&victim);
+  a = open_on(cur.url, 20000);
+  assert_int_equal(dblock_lock_release(tu_acquire(a, name, 0, 0)), 0); /* creates the row */
+  pg_admin("CHECKPOINT");
+  la = tu_acquire(a, name, 0, 0);
+  f1 = dblock_lock_fence(la);
+  assert_int_equal(dblock_lock_release(la), 0);
+  assert_int_equal(kill((pid_t)victim, SIGKILL), 0);
+  b = open_when_back();
+  rc = dblock_lock_acquire(&lb, b, name, 0, 0);
+  if (rc != DBLOCK_EBUSY)
+    fail_msg("after the crash the lost release should leave the name held: try gave %d", rc);
+  for (end = tu_now_ms() + 10000; (rc = dblock_lock_acquire(&la, a, name, 0, 0)) != 0;) {
+    if (rc != DBLOCK_ECONN || tu_now_ms() > end)
+      fail_msg("the old owner's acquire after the crash: %d (%s)", rc, tu_errmsg(a));
+    tu_sleep_ms(100);
   }
+  f2 = dblock_lock_fence(la);
+  if (f2 <= f1)
+    fail_msg("the old owner got fence %lld after the crash, not above its %lld", (long long)f2,
+             (long long)f1);
+  assert_int_equal(dblock_lock_release(la), 0);
+  lb = tu_acquire(b, name, 5000, 0);
+  if (dblock_lock_fence(lb) <= f2)
+    fail_msg("fence %lld is not above %lld", (long long)dblock_lock_fence(lb), (long long)f2);
+  assert_int_equal(dblock_lock_release(lb), 0);
+  dblock_client_free(b);
+  dblock_client_free(a);
+  pg_crash_done(sleeper);
 }
 
 /* A release whose answer never comes: the path to the server stalls (no
@@ -1440,6 +1502,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_one_connection_stalled, teardown),
       cmocka_unit_test_teardown(test_server_idle_limit, teardown),
       cmocka_unit_test_teardown(test_crash_fence, teardown),
+      cmocka_unit_test_teardown(test_crash_after_release, teardown),
       cmocka_unit_test_teardown(test_reacquire_after_failed_release, teardown),
   };
   const struct CMUnitTest embedded[] = {cmocka_unit_test_teardown(test_paused_holder, teardown),
