@@ -135,7 +135,7 @@ int dblock_force_unlock(dblock_client *cl, const char *name, int64_t *new_fence)
   }
   p = DBL_STR(name);
   rc = dbl_sql_run(&x, DBL_S_FORCE, &p, 1, &o, 0);
-  if (rc != 0 && dbl_no_epoch(&e) && (rc = dbl_epoch_bump(cl, pc, &e)) == 0)
+  if (rc != 0 && dbl_no_epoch(&e) && (rc = dbl_epoch_bump(cl, pc, NULL, &e)) == 0)
     rc = dbl_sql_run(&x, DBL_S_FORCE, &p, 1, &o, 0);
   if (rc == 0) {
     if (o.count != 1)

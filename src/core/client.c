@@ -180,9 +180,12 @@ int dbl_no_epoch(const dbl_err *e) {
          (strcmp(e->sqlstate, DBL_NO_EPOCH_PG) == 0 && strstr(e->msg, DBL_NO_EPOCH_PG_NAME));
 }
 
-int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
+int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, int *moved, dbl_err *e) {
   dbl_sqlrun x = dbl_runner(cl, pc->c, e);
-  return cl->dl->epoch_bump ? cl->dl->epoch_bump(&x) : 0;
+  int scratch;
+  if (!moved) moved = &scratch;
+  *moved = 0;
+  return cl->dl->epoch_bump ? cl->dl->epoch_bump(&x, moved) : 0;
 }
 
 dbl_sqlrun dbl_runner(const dblock_client *cl, dbl_conn *c, dbl_err *e) {

@@ -218,8 +218,9 @@ dbl_sqlrun dbl_runner(const dblock_client *cl, dbl_conn *c, dbl_err *e);
  * for the fencing epoch (src/sql/fence.h). */
 int dbl_no_epoch(const dbl_err *e);
 /* Bumps the durable fencing epoch (flushed) and has the server vouch for
- * the new one; the caller then asks again. */
-int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, dbl_err *e);
+ * the new one; the caller then asks again. *moved (may be NULL): whether
+ * the epoch moved (see dbl_sqldialect.epoch_bump). */
+int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, int *moved, dbl_err *e);
 
 /* Fills an operation context for a strategy call. */
 void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,

@@ -214,13 +214,16 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
   if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
   else rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
   /* The server may have lost unflushed state since the epoch was vouched
-   * for (a crash, a promotion): bump it durably and ask again, once. */
+   * for (a crash, a promotion) — or, on MariaDB, this session has not yet
+   * looked (fence.h): bump it durably if need be and ask again, once. */
   if (rc != 0 && rc != DBLOCK_ECANCELED && dbl_no_epoch(e) && !dbl_cancelled(cl)) {
+    int moved = 0;
     dbl_call_bound(cl, pc, 0); /* not the lease's window: nothing is granted */
-    if ((rc = dbl_call_check(cl, pc, dbl_epoch_bump(cl, pc, e), e)) == 0) {
-      dbl_log(cl, DBLOCK_LOG_INFO,
-              "the server may have lost unflushed state (crash-restart or promotion): "
-              "fencing epoch advanced");
+    if ((rc = dbl_call_check(cl, pc, dbl_epoch_bump(cl, pc, &moved, e), e)) == 0) {
+      if (moved)
+        dbl_log(cl, DBLOCK_LOG_INFO,
+                "the server may have lost unflushed state (crash-restart or promotion): "
+                "fencing epoch advanced");
       rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
     }
   }

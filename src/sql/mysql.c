@@ -78,39 +78,29 @@ static const char OPT_FREE[] =
     "WHERE name = ? AND owner_token = ? AND owner_thread = ? "
     "AND fence = ? AND state = 1";
 
-/* The grant only locks the row: an InnoDB transaction that only locked
- * rows has no redo to flush at COMMIT. The fence needs no row write
+/* The grant: the row is locked, and the holder's columns and fence are
+ * written, by one UPDATE inside the lock transaction (which waits for the
+ * row lock; the fence is read back as LAST_INSERT_ID from the OK packet).
+ * The release is ROLLBACK, not COMMIT: InnoDB flushes its redo at COMMIT
+ * (innodb_flush_log_at_trx_commit = 1), never at ROLLBACK, so a grant costs
+ * no flush — and the row's columns were only ever the holder's word while
+ * it held the lock: others read them uncommitted (DIRTY_READ below), and
+ * once the lock ends they are gone with it. The fence needs no commit
  * either: it comes from the sequence, which the epoch keeps ahead of
- * everything issued before a crash (and GREATEST keeps it above the row's
- * last committed fence, which force-unlocks advance); it is drawn after
- * the row lock is granted, so grants of a name get increasing fences. */
+ * everything issued before a crash (GREATEST keeps it above the row's last
+ * committed fence, which force-unlocks advance), and the UPDATE draws it
+ * after the row lock is granted, so grants of a name get increasing
+ * fences. (Migration 0004's MEMORY table ${table}_holders, which an
+ * earlier release of dblock published holders in, is no longer used: a
+ * MEMORY table is locked whole for every statement, and that serialised
+ * every grant of every name.) */
 static const char FU_TAKE[] =
-    "SELECT LAST_INSERT_ID(GREATEST(l.fence + 1, " DBL_MY_NEXT_FENCE ")) "
-    "FROM ${table} l WHERE l.name = ? AND l.strategy = 'for_update' FOR UPDATE";
-
-/* ...and then publishes its holder in the MEMORY table ${table}_holders
- * (migration 0004: no redo). A separate statement, after the wait: a
- * MEMORY table is locked whole for a statement, and a statement that also
- * waited for the row lock would have held it against every other name. */
-static const char FU_PUBLISH[] =
-    "INSERT INTO ${table}_holders (name, holder, session, acquired_at) "
-    "VALUES (?, CONCAT(?, ' ', ?, ' ', ?, ' ', ?), CONNECTION_ID(), UTC_TIMESTAMP(6)) "
-    "ON DUPLICATE KEY UPDATE holder = VALUES(holder), session = VALUES(session), "
-    "acquired_at = VALUES(acquired_at)";
-
-/* The release: COMMIT, then the holder's entry out of the table — one
- * round trip (a multi-statement script; the name as a hex literal). Its own
- * entry only: the next holder may have written its own in between. (The
- * DELETE opens no InnoDB transaction worth the name: MEMORY is not
- * transactional, and the next lock_begin goes on in it.) */
-static const char FU_RELEASE[] =
-    "COMMIT; DELETE FROM ${table}_holders WHERE name = ${name_hex} "
-    "AND session = CONNECTION_ID()";
-
-/* What the holder published (trusted only while the row is locked). */
-static const char FU_HOLDER[] =
-    "SELECT holder, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', acquired_at) "
-    "FROM ${table}_holders WHERE name = ?";
+    "UPDATE ${table} SET "
+    "fence = LAST_INSERT_ID(GREATEST(fence + 1, " DBL_MY_NEXT_FENCE ")), "
+    "version = version + 1, state = 1, hold_count = 1, owner_host = ?, owner_pid = ?, "
+    "owner_thread = ?, owner_token = ?, acquired_at = UTC_TIMESTAMP(6), "
+    "renewed_at = UTC_TIMESTAMP(6), expires_at = NULL, owner_session = CONNECTION_ID() "
+    "WHERE name = ? AND strategy = 'for_update'";
 
 static const char FU_CREATE[] =
     "INSERT IGNORE INTO ${table} (name, strategy, state, version) "
@@ -152,8 +142,14 @@ static const char FU_PROBE[] =
  * statement reads them uncommitted. SET TRANSACTION without SESSION
  * applies to the next transaction only. */
 static const char DIRTY_READ[] = "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED";
-/* The session id the holder published, then KILL it. */
-static const char FU_SESSION[] = "SELECT session FROM ${table}_holders WHERE name = ?";
+/* The holder's session id (its uncommitted column, read dirty), then
+ * KILL it. Only a holder's own write says state = 1: a committed
+ * for_update row never does (FU_CREATE and FORCE write 0, and builds that
+ * committed their grant did not set it), so a session id some earlier
+ * build left committed in the row — by now maybe another client's
+ * connection — is never killed. */
+static const char FU_SESSION[] =
+    "SELECT owner_session FROM ${table} WHERE name = ? AND state = 1";
 
 /* ---- administration (see postgres.c) ---- */
 static const char FORCE[] =
@@ -212,9 +208,12 @@ static const char EPOCH_READ[] =
  * failure in between leaves the table empty and the next grant bumps again.
  * The COMMIT ends the read on a lock connection, which runs without
  * autocommit.) */
+/* The session then keeps, in its variable, that it saw this server vouch
+ * (DBL_MY_NEXT_FENCE reads only the variable: fence.h). */
 static const char EPOCH_VOUCH[] =
     "INSERT INTO ${table}_alive (id, epoch) SELECT 1, fence FROM ${table} WHERE name = '' "
-    "ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch)); COMMIT";
+    "ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch)); COMMIT; "
+    "SET @dblock_alive_${table} = 0";
 
 const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
     [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "01234566", 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
@@ -224,16 +223,15 @@ const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
     [DBL_S_OPT_READ] = {OPT_READ, "012", 1, DBL_OUT_NONE},
     [DBL_S_OPT_CREATE] = {OPT_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_CREATE] = {FU_CREATE, NULL, 0, DBL_OUT_NONE},
-    [DBL_S_FU_TAKE] = {FU_TAKE, "4", 1, {0, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
-    [DBL_S_FU_PUBLISH] = {FU_PUBLISH, NULL, 0, DBL_OUT_NONE},
-    [DBL_S_FU_RELEASE] = {FU_RELEASE, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_FU_TAKE] = {FU_TAKE, NULL, 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
+    [DBL_S_FU_RELEASE] = {"ROLLBACK", NULL, 0, DBL_OUT_NONE}, /* see FU_TAKE */
     [DBL_S_FU_PING] = {"SELECT 1", NULL, 1, DBL_OUT_NONE},
     [DBL_S_LEASE_RENEW] = {LEASE_RENEW, NULL, 0, DBL_OUT_VERSION(DBL_FROM_INSERT_ID)},
     [DBL_S_LEASE_DECR] = {LEASE_DECR, NULL, 0, DBL_OUT_VERSION(DBL_FROM_INSERT_ID)},
     [DBL_S_LEASE_FREED] = {LEASE_FREED, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_ROW_STRATEGY] = {ROW_STRATEGY, NULL, 1, DBL_OUT_NONE},
     [DBL_S_FU_PROBE] = {FU_PROBE, NULL, 1, DBL_OUT_NONE},
-    [DBL_S_FU_HOLDER] = {FU_HOLDER, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_FU_HOLDER] = {NULL, NULL, 0, DBL_OUT_NONE}, /* the row, read dirty */
     [DBL_S_DIRTY_READ] = {DIRTY_READ, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_KILL_BY_NAME] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_SESSION] = {FU_SESSION, NULL, 1, DBL_OUT_NONE},
@@ -260,7 +258,7 @@ const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
  * block; the sequence jumps to E << 40 and the '' row records E in a
  * committed (flushed, with innodb_flush_log_at_trx_commit = 1) transaction,
  * whose flush also covers the jump logged before it. */
-static int bump(const dbl_sqlrun *x) {
+static int bump(const dbl_sqlrun *x, int *moved) {
   dbl_res r;
   char sql[256];
   int64_t epoch;
@@ -272,6 +270,7 @@ static int bump(const dbl_sqlrun *x) {
   vouched = dbl_res_i64(&r, 0, 2) != 0;
   dbl_res_clear(&r);
   if (vouched) return x->drv->script(x->c, "COMMIT", x->e); /* another session did it */
+  *moved = 1;
   /* A literal: SETVAL takes no expression (table names are [a-z0-9_]). */
   snprintf(sql, sizeof sql, "SELECT SETVAL(%s_fence_seq, %lld)", x->table,
            (long long)(epoch << 40));
@@ -283,9 +282,9 @@ static int bump(const dbl_sqlrun *x) {
   return x->drv->script(x->c, sql, x->e);
 }
 
-static int epoch_bump(const dbl_sqlrun *x) {
+static int epoch_bump(const dbl_sqlrun *x, int *moved) {
   int rc;
-  if ((rc = bump(x)) != 0) {
+  if ((rc = bump(x, moved)) != 0) {
     dbl_err scratch;
     if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);
     return rc;

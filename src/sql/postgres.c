@@ -366,8 +366,9 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
 /* ---- procedures ---- */
 
 
-static int epoch_bump(const dbl_sqlrun *x) {
+static int epoch_bump(const dbl_sqlrun *x, int *moved) {
   int rc;
+  *moved = 1; /* (PostgreSQL reads the table in every grant: it was empty) */
   if ((rc = x->drv->script(x->c, x->sqls[DBL_S_EPOCH_BUMP], x->e)) != 0) {
     dbl_err scratch;
     if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);

@@ -79,29 +79,3 @@ int dbl_sql_script(const dbl_sqlrun *x, dbl_sid id) {
   return x->defs[id].sql ? x->drv->script(x->c, x->sqls[id], x->e) : 0;
 }
 
-
-int dbl_sql_script_name(const dbl_sqlrun *x, dbl_sid id, const char *name, size_t len) {
-  static const char hex[] = "0123456789abcdef";
-  const char *t = x->sqls[id], *at;
-  size_t pre, lit = 3 + 2 * len, n;
-  char *sql;
-  int rc;
-  if (!x->defs[id].sql) return 0;
-  if (!(at = strstr(t, "${name_hex}")))
-    return dbl_err_set(x->e, DBLOCK_EINVAL, "", 0, "statement %d: no ${name_hex}", (int)id);
-  pre = (size_t)(at - t);
-  n = pre + lit + strlen(at + 11) + 1;
-  if (!(sql = malloc(n))) return dbl_err_set(x->e, DBLOCK_ENOMEM, "", 0, "out of memory");
-  memcpy(sql, t, pre);
-  sql[pre] = 'X';
-  sql[pre + 1] = '\'';
-  for (size_t i = 0; i < len; i++) {
-    sql[pre + 2 + 2 * i] = hex[(unsigned char)name[i] >> 4];
-    sql[pre + 3 + 2 * i] = hex[(unsigned char)name[i] & 15];
-  }
-  sql[pre + 2 + 2 * len] = '\'';
-  strcpy(sql + pre + lit, at + 11);
-  rc = x->drv->script(x->c, sql, x->e);
-  free(sql);
-  return rc;
-}

@@ -63,12 +63,8 @@ typedef enum dbl_sid {
   /* for_update: take the row inside the lock transaction. Params: host,
    * pid, thread, token, name. Out: fence. Count >= 1 = granted. */
   DBL_S_FU_TAKE,
-  /* for_update: publish the holder after FU_TAKE, where FU_TAKE cannot.
-   * Params: name, fence, pid, thread, host. NULL: FU_TAKE did it. */
-  DBL_S_FU_PUBLISH,
-  /* for_update: the release, where it is more than a COMMIT: a script in
-   * which ${name_hex} stands for the name as a hex literal (X'..'; see
-   * dbl_sql_script_name). NULL: a plain COMMIT. */
+  /* for_update: the release, where it is not COMMIT (a parameterless
+   * script; MariaDB: ROLLBACK, see mysql.c FU_TAKE). NULL: COMMIT. */
   DBL_S_FU_RELEASE,
   /* for_update: is the holding session alive? No params. NULL SQL: the
    * dialect has nothing to check (SQLite: the transaction is in-process). */
@@ -192,10 +188,6 @@ int dbl_sql_run_locking(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, in
 /* Runs a parameterless statement as a script (SET, multi-statement);
  * 0 without a round trip where the dialect has none. */
 int dbl_sql_script(const dbl_sqlrun *x, dbl_sid id);
-/* The same for a script naming a lock: ${name_hex} in its text becomes
- * the name as a hex literal (X'6e616d65'), which no name can break out of.
- * For the few multi-statement scripts that need a value. */
-int dbl_sql_script_name(const dbl_sqlrun *x, dbl_sid id, const char *name, size_t len);
 
 /* A dialect: its statements, and the few procedures whose steps (not only
  * whose text) differ between databases. */
@@ -207,8 +199,10 @@ typedef struct dbl_sqldialect {
                                   made restartable, not transactional */
   int reap_batch_max;          /* largest reaper batch; 0 no limit */
   /* Bumps the durable fencing epoch (flushed) and vouches for it in
-   * ${table}_alive (see fence.h); NULL: the dialect has no epoch. */
-  int (*epoch_bump)(const dbl_sqlrun *x);
+   * ${table}_alive (see fence.h); *moved = 0 when the epoch was already
+   * vouched for on this server and only this session learned it (MariaDB:
+   * every new session's first grant). NULL: the dialect has no epoch. */
+  int (*epoch_bump)(const dbl_sqlrun *x, int *moved);
   /* One reaper batch where DBL_S_REAP is NULL: *got rows deleted. */
   int (*reap_batch)(const dbl_sqlrun *x, int64_t grace_ms, int batch, int64_t *got);
   /* Takes (lock = 1) the migration lock, or gives it up (lock = 0; ok:

@@ -8,16 +8,15 @@
  * holder's process or connection dies, the server rolls the transaction
  * back and the name is free at once.
  *
- * The grant takes the row lock, draws a fence and publishes the holder
- * (one statement, two on MariaDB). PostgreSQL: an UPDATE of the row (holder columns, fence)
- * that also sets its session's application_name ("dblock FENCE PID THREAD
- * HOST", cut at 63 bytes) from its RETURNING, SET LOCAL: visible in
+ * The grant takes the row lock, draws a fence and publishes the holder,
+ * in one statement. PostgreSQL: an UPDATE of the row (holder columns,
+ * fence) that also sets its session's application_name ("dblock FENCE PID
+ * THREAD HOST", cut at 63 bytes) from its RETURNING, SET LOCAL: visible in
  * pg_stat_activity at once, reverted by COMMIT/ROLLBACK, found through the
- * row's locker (xmax = backend_xid). MariaDB: no row write at all — the
- * grant only locks the row, then writes the holder into the MEMORY table
- * ${table}_holders (DBL_S_FU_PUBLISH; the release deletes it right after
- * its COMMIT, DBL_S_FU_RELEASE), so COMMIT has no redo to flush
- * (migration 0004). SQLite
+ * row's locker (xmax = backend_xid); the lock transaction commits without
+ * a flush. MariaDB: an UPDATE of the row (holder columns, fence, session
+ * id) that others read uncommitted; the release is ROLLBACK
+ * (DBL_S_FU_RELEASE), which InnoDB never flushes. SQLite
  * publishes "ACQUIRED FENCE PID THREAD HOST" through the driver's
  * dblock_publish() (src/sql/sqlite.c FU_TAKE). Introspection finds a held
  * lock by probing its row lock and reads what its holder published.
@@ -52,15 +51,6 @@ static int open_and_take(dbl_op *op, int64_t wait_ms, int *granted) {
   if ((rc = dbl_run_locking(op, DBL_S_FU_TAKE, p, NHOLDER, wait_ms, &o)) != 0) return rc;
   if (o.count != 1) return 0;
   op->g.fence = o.v[DBL_O_FENCE];
-  if (op->defs[DBL_S_FU_PUBLISH].sql) {
-    dbl_param q[5];
-    q[0] = DBL_TEXT(op->name, op->name_len);
-    q[1] = DBL_I64(op->g.fence);
-    q[2] = DBL_I64(op->pid);
-    q[3] = DBL_I64(op->thread);
-    q[4] = DBL_STR(op->host);
-    if ((rc = dbl_run(op, DBL_S_FU_PUBLISH, q, 5, &o, 0)) != 0) return rc;
-  }
   *granted = 1;
   return 0;
 }
@@ -109,8 +99,9 @@ static int for_update_acquire(dbl_op *op, int64_t wait_ms) {
 static int for_update_release(dbl_op *op, int final) {
   int rc;
   if (!final) return 0;
-  /* (MariaDB: the COMMIT and the holder's entry out, in one round trip) */
-  rc = op->defs[DBL_S_FU_RELEASE].sql ? dbl_run_script_name(op, DBL_S_FU_RELEASE)
+  /* (MariaDB: ROLLBACK — the grant's row write was only ever read
+   * uncommitted, and a rollback costs no redo flush) */
+  rc = op->defs[DBL_S_FU_RELEASE].sql ? dbl_run_script(op, DBL_S_FU_RELEASE)
                                       : op->drv->commit(op->conn, op->e);
   /* A commit that fails on a dead session, or is refused as a deadlock /
    * certification conflict (a multi-primary cluster: the transaction is

@@ -34,10 +34,6 @@ int dbl_run_script(dbl_op *op, dbl_sid id) {
   return dbl_sql_script(&x, id);
 }
 
-int dbl_run_script_name(dbl_op *op, dbl_sid id) {
-  dbl_sqlrun x = runner(op);
-  return dbl_sql_script_name(&x, id, op->name, op->name_len);
-}
 void dbl_take_grant(dbl_op *op, const dbl_out *o, int64_t version) {
   int64_t fence = o->v[DBL_O_FENCE];
   /* Without the row's hold count (MySQL's UPDATE returns no row): the same

@@ -23,8 +23,6 @@ int dbl_run_locking(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, int64_
                     dbl_out *o);
 /* A parameterless statement run as a script (dbl_sql_script). */
 int dbl_run_script(dbl_op *op, dbl_sid id);
-/* A script naming op's lock (dbl_sql_script_name). */
-int dbl_run_script_name(dbl_op *op, dbl_sid id);
 /* Fills op->g from a granting statement's outcome; version is used when
  * the dialect cannot return the row's version. */
 void dbl_take_grant(dbl_op *op, const dbl_out *o, int64_t version);
