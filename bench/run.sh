@@ -4,7 +4,7 @@
 # (make bench does), which exports the private servers' URLs.
 #
 #   bench/run.sh            full run: 1 s warm-up, 10 s window per measurement
-#   bench/run.sh --quick    smoke run: 0.1 s warm-up, 0.5 s window
+#   bench/run.sh --quick    smoke run: 0.05 s warm-up, 0.3 s window
 #   DBLOCK_BENCH_BACKENDS="postgres mysql" bench/run.sh   only some backends
 #
 # Prints one table and writes every measurement as JSON lines to
@@ -12,7 +12,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 warmup=1000 window=10000 quick=0
-[ "${1:-}" = "--quick" ] && { warmup=100 window=500 quick=1; }
+[ "${1:-}" = "--quick" ] && { warmup=50 window=300 quick=1; }
 bin=${DBLOCK_BENCH_BIN:-build/dblock-bench}
 out=${DBLOCK_BENCH_JSON:-build/bench.json}
 tmp=${DBLOCK_TEST_TMP:-/tmp}
