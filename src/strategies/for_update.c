@@ -100,7 +100,11 @@ static int for_update_release(dbl_op *op, int final) {
   int rc;
   if (!final) return 0;
   /* (MariaDB: ROLLBACK — the grant's row write was only ever read
-   * uncommitted, and a rollback costs no redo flush) */
+   * uncommitted, and a rollback costs no redo flush. A ROLLBACK cannot
+   * tell, as a COMMIT can, that the server already aborted the
+   * transaction while its session lived on; MariaDB does that to an idle
+   * transaction only on Galera (a brute-force abort), where for_update is
+   * refused, and otherwise ends the session, which the ROLLBACK sees.) */
   rc = op->defs[DBL_S_FU_RELEASE].sql ? dbl_run_script(op, DBL_S_FU_RELEASE)
                                       : op->drv->commit(op->conn, op->e);
   /* A commit that fails on a dead session, or is refused as a deadlock /
