@@ -173,6 +173,39 @@ static void test_fence_increasing(void **s) {
   dblock_client_free(b);
 }
 
+/* Clause 5 fails closed: with the durable epoch (the '' row) gone and
+ * ${table}_alive empty — a server that lost its unflushed state and then
+ * some — a fresh client's grant cannot vouch for an epoch and must not be
+ * granted (MariaDB: its session must not mark itself vouched). Once the
+ * row is back, grants go on. */
+static void test_no_epoch_row_fails_closed(void **s) {
+  char sql[256], name[128];
+  int64_t fence = 0;
+  dblock_client *c;
+  dblock_lock *l = NULL;
+  int rc;
+  (void)s;
+  if (is("sqlite")) return;
+  snprintf(name, sizeof name, "%s", tu_name("noepoch"));
+  snprintf(sql, sizeof sql, "SELECT fence FROM %s WHERE name = ''", cur.table);
+  tu_sql(cur.url, sql, &fence);
+  snprintf(sql, sizeof sql, "DELETE FROM %s WHERE name = ''", cur.table);
+  tu_sql(cur.url, sql, NULL);
+  snprintf(sql, sizeof sql, "DELETE FROM %s_alive", cur.table);
+  tu_sql(cur.url, sql, NULL);
+  c = cli(0);
+  rc = dblock_lock_acquire(&l, c, name, 0, 0);
+  snprintf(sql, sizeof sql,
+           "INSERT INTO %s (name, strategy, fence) VALUES ('', 'epoch', %lld)", cur.table,
+           (long long)fence);
+  tu_sql(cur.url, sql, NULL);
+  if (rc == 0) fail_msg("granted (fence %lld) with no durable epoch", (long long)dblock_lock_fence(l));
+  dblock_client_free(c);
+  c = cli(0);
+  must_release(tu_acquire(c, name, 0, 0));
+  dblock_client_free(c);
+}
+
 /* Clause 5 across a row deleted by the reaper. for_update rows have no
  * lease: the reaper must leave a held one alone. */
 static void test_fence_after_reap(void **s) {
@@ -1335,6 +1368,7 @@ int main(void) {
       cmocka_unit_test(test_owner_checked_release),
       cmocka_unit_test(test_fence_increasing),
       cmocka_unit_test(test_fence_after_reap),
+      cmocka_unit_test(test_no_epoch_row_fails_closed),
       cmocka_unit_test(test_waiter_after_row_deleted),
       cmocka_unit_test(test_holder_killed),
       cmocka_unit_test(test_try_timed_blocking),

@@ -44,11 +44,19 @@
  * session never outlives its server's start — a restart or a failover
  * means new sessions, whose first grant fails and looks again — and
  * poolers that share server sessions (ProxySQL) pin a session once it
- * sets a user variable.) */
+ * sets a user variable. The value is checked, not only present: see
+ * DBL_MY_SESSION_MARK.) */
 #define DBL_MY_NEXT_FENCE                                                        \
-  "COALESCE(@dblock_alive_${table}, "                                            \
+  "COALESCE(IF(@dblock_alive_${table} = " DBL_MY_SESSION_MARK ", 0, NULL), "      \
   "(SELECT 1 UNION ALL SELECT 2)) "                                              \
   "+ NEXTVAL(${table}_fence_seq)"
+/* What the variable holds: this session and database, so that a value
+ * copied into another session (a proxy that replays session state on a
+ * fresh server session) or read in another database fails closed. It is
+ * set only from a read of ${table}_alive (EPOCH_VOUCH in mysql.c): a replay
+ * of that statement on a restarted server reads the empty table and sets
+ * NULL. */
+#define DBL_MY_SESSION_MARK "CONCAT(CONNECTION_ID(), '/', DATABASE())"
 #define DBL_LITE_NEXT_FENCE \
   "MAX((SELECT fence FROM ${table} WHERE name = '') + 1, dblock_now_us())"
 

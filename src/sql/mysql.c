@@ -201,19 +201,25 @@ static const char MIG_RECORD[] =
  * epoch in the token would let a node that vouched earlier hand out tokens
  * below those of a node that bumped later, while a shared sequence that
  * only moves forward orders every node's tokens. */
+/* (NEXTVAL only when a bump will follow: every new session's first grant
+ * comes this way, and on Galera a sequence write can fail certification.) */
 static const char EPOCH_READ[] =
-    "SELECT (SELECT fence FROM ${table} WHERE name = ''), NEXTVAL(${table}_fence_seq), "
+    "SELECT (SELECT fence FROM ${table} WHERE name = ''), "
+    "IF(EXISTS (SELECT 1 FROM ${table}_alive), 0, NEXTVAL(${table}_fence_seq)), "
     "EXISTS (SELECT 1 FROM ${table}_alive)";
 /* (MEMORY is not transactional: the jump must be flushed first, so a
  * failure in between leaves the table empty and the next grant bumps again.
  * The COMMIT ends the read on a lock connection, which runs without
  * autocommit.) */
 /* The session then keeps, in its variable, that it saw this server vouch
- * (DBL_MY_NEXT_FENCE reads only the variable: fence.h). */
+ * (DBL_MY_NEXT_FENCE reads only the variable: fence.h) — read from the
+ * table, so that a vouch that wrote nothing (no '' row) leaves it NULL and
+ * the grants keep failing. */
 static const char EPOCH_VOUCH[] =
     "INSERT INTO ${table}_alive (id, epoch) SELECT 1, fence FROM ${table} WHERE name = '' "
     "ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch)); COMMIT; "
-    "SET @dblock_alive_${table} = 0";
+    "SET @dblock_alive_${table} = (SELECT " DBL_MY_SESSION_MARK " FROM ${table}_alive "
+    "WHERE id = 1)";
 
 const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
     [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "01234566", 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},

@@ -86,7 +86,7 @@ typedef enum dbl_sid {
    * returns what the holding session published — the holder string
    * "FENCE PID THREAD HOST" (DBL_HOLDER_FORMAT) and the acquisition time in
    * µs; NULL: the row itself, read uncommitted (DIRTY_READ), shows the
-   * holder (no dialect does that any more). */
+   * holder (MariaDB). */
   DBL_S_FU_PROBE,
   DBL_S_FU_HOLDER,
   /* Makes the next statement read uncommitted rows (a script, no params);

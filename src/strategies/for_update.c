@@ -2,7 +2,8 @@
  * for_update.c — the pessimistic row-lock strategy.
  *
  * The lock is an open transaction holding the name's row locked. The
- * connection stays pinned to the lock until release, which is COMMIT.
+ * connection stays pinned to the lock until release, which ends the
+ * transaction (COMMIT; on MariaDB ROLLBACK, see below).
  * Waiters wait in the server (lock_timeout / max_statement_time /
  * busy_timeout), so hand-over is immediate and nobody polls. If the
  * holder's process or connection dies, the server rolls the transaction
@@ -107,10 +108,11 @@ static int for_update_release(dbl_op *op, int final) {
    * refused, and otherwise ends the session, which the ROLLBACK sees.) */
   rc = op->defs[DBL_S_FU_RELEASE].sql ? dbl_run_script(op, DBL_S_FU_RELEASE)
                                       : op->drv->commit(op->conn, op->e);
-  /* A commit that fails on a dead session, or is refused as a deadlock /
-   * certification conflict (a multi-primary cluster: the transaction is
-   * already rolled back, and a second COMMIT would "succeed" on nothing):
-   * the lock was lost while held. Never retried as a release. */
+  /* An end that fails on a dead session, or a COMMIT refused as a
+   * deadlock / certification conflict (a multi-primary cluster: the
+   * transaction is already rolled back, and a second COMMIT would
+   * "succeed" on nothing): the lock was lost while held. Never retried as
+   * a release. */
   return rc == DBLOCK_ECONN || rc == DBLOCK_ERETRY ? DBLOCK_ELOST : rc;
 }
 
@@ -173,9 +175,12 @@ static int read_holder(dbl_op *op, dblock_lock_info *o, int64_t committed_fence)
 }
 
 /* A for_update row is held while its row is locked, whatever its columns
- * say. Where the dialect reads what the holder published (every one now)
- * the row's columns describe the last holder that committed, so they are
- * cleared rather than shown wrongly, and the publication fills them in. */
+ * say. Where the dialect reads what the holder published (PostgreSQL,
+ * SQLite) the row's columns describe the last holder that committed, so
+ * they are cleared rather than shown wrongly, and the publication fills
+ * them in. MariaDB: the columns were read uncommitted, and are the
+ * holder's own (the read and the probe are two statements: a grant or a
+ * release between them can make the columns those of the moment before). */
 static int for_update_inspect(dbl_op *op, dblock_lock_info *o) {
   int rc, held;
   if ((rc = probe_held(op, &held)) != 0) return rc;
