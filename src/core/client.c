@@ -170,8 +170,8 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
  * granting statement (src/sql/fence.h): the epoch is read there from
  * ${table}_alive (MariaDB: once per server session), which the server
  * empties whenever it may have lost unflushed state. When a grant finds it
- * empty (dbl_no_epoch), the core
- * bumps the durable epoch with a flushed commit, and only then refills
+ * empty (dbl_no_epoch), the core bumps the durable epoch with a flushed
+ * commit, and only then refills
  * ${table}_alive: every token handed out afterwards exceeds every token
  * handed out before the loss, whatever the sequence forgot. */
 

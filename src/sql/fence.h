@@ -11,10 +11,12 @@
  * which keeps the postmaster — and empty on a promoted standby), MariaDB
  * ENGINE=MEMORY (empty after every restart). PostgreSQL reads it inside
  * every granting statement, so no connection (nor a pooler's) can carry a
- * stale epoch across a restart; MariaDB once per server session (below). When it is empty the expression fails
- * (PostgreSQL: 42704 naming dblock.no_epoch; MariaDB: 21000, a scalar
- * subquery with two rows, evaluated only then); the core then bumps the durable epoch (committed, flushed) and
- * refills the table before asking again (DBL_NO_EPOCH, client.c).
+ * stale epoch across a restart; MariaDB once per server session (below).
+ * When it is empty the expression fails (PostgreSQL: 42704 naming
+ * dblock.no_epoch; MariaDB: 21000, a scalar subquery with two rows,
+ * evaluated only then); the core then bumps the durable epoch (committed,
+ * flushed) and refills the table before asking again (DBL_NO_EPOCH,
+ * client.c).
  *
  * SQLite: the row named '' keeps the highest fence ever issued in the file
  * (triggers, migration 0003) and the next one is above it and above this
