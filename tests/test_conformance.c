@@ -340,6 +340,26 @@ static void *blocking_waiter(void *arg) {
   return NULL;
 }
 
+/* The hand-over most queue tests need: w (filled in by the caller) waits
+ * in a thread; settle_ms later the holder's lock l is released. Returns
+ * the time of the release (compare w->got_at); *release_rc (may be NULL:
+ * then it must be 0) gets the release's answer. w->rc is the caller's to
+ * check. */
+static int64_t release_to_waiter(dblock_lock *l, waiter *w, int64_t settle_ms,
+                                 int *release_rc) {
+  pthread_t th;
+  int64_t t0;
+  int rc;
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, w), 0);
+  tu_sleep_ms(settle_ms);
+  t0 = tu_now_ms();
+  rc = dblock_lock_release(l);
+  pthread_join(th, NULL);
+  if (release_rc) *release_rc = rc;
+  else assert_int_equal(rc, 0);
+  return t0;
+}
+
 static void test_try_timed_blocking(void **s) {
   dblock_client *a = cli(0), *b = cli(0), *c = cli(0);
   char name[128];
@@ -1092,7 +1112,6 @@ static void test_release_wakes_waiter(void **s) {
   dblock_client *a, *b;
   dblock_stats st;
   waiter w;
-  pthread_t th;
   dblock_lock *l;
   int64_t t0;
   (void)s;
@@ -1102,11 +1121,7 @@ static void test_release_wakes_waiter(void **s) {
   snprintf(name, sizeof name, "%s", tu_name("wake"));
   l = tu_acquire(a, name, 0, 0);
   w = (waiter){.c = b, .name = name, .rc = -99};
-  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
-  tu_sleep_ms(500); /* b asked, found it held, and sleeps */
-  t0 = tu_now_ms();
-  must_release(l);
-  pthread_join(th, NULL);
+  t0 = release_to_waiter(l, &w, 500, NULL); /* (b asked, found it held, sleeps) */
   assert_int_equal(w.rc, 0);
   print_message("wake-up %s/%s: granted %lld ms after the release\n", cur.backend,
                 dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
@@ -1205,11 +1220,7 @@ static void test_fair_mode(void **s) {
   kill(kid, SIGKILL);
   waitpid(kid, NULL, 0);
   w = (waiter){.c = n, .name = name, .hold_ms = 0, .rc = -99};
-  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
-  tu_sleep_ms(100);
-  t0 = tu_now_ms();
-  must_release(l);
-  pthread_join(th, NULL);
+  t0 = release_to_waiter(l, &w, 100, NULL);
   assert_int_equal(w.rc, 0);
   print_message("fair %s/%s: next waiter granted %lld ms after the release (a dead waiter "
                 "ahead)\n",
@@ -1232,9 +1243,9 @@ static void test_stalled_listener_falls_back_to_polling(void **s) {
   dblock_client *a, *b;
   dblock_stats before, after;
   waiter w;
-  pthread_t th;
   dblock_lock *l;
   int64_t pid = 0, t0;
+  int rc;
   (void)s;
   if (no_queue_refuses_fair()) return;
   a = cli(0);
@@ -1243,10 +1254,7 @@ static void test_stalled_listener_falls_back_to_polling(void **s) {
   /* a first wait, so that b has its listener */
   l = tu_acquire(a, name, 0, 0);
   w = (waiter){.c = b, .name = name, .rc = -99};
-  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
-  tu_sleep_ms(300);
-  must_release(l);
-  pthread_join(th, NULL);
+  release_to_waiter(l, &w, 300, NULL);
   assert_int_equal(w.rc, 0);
   assert_int_equal(dblock_client_stats(b, &before, sizeof before), 0);
   assert_true(before.wakeups >= 1);
@@ -1258,12 +1266,9 @@ static void test_stalled_listener_falls_back_to_polling(void **s) {
   assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
   l = tu_acquire(a, name, 0, 0);
   w = (waiter){.c = b, .name = name, .rc = -99};
-  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
-  tu_sleep_ms(300);
-  t0 = tu_now_ms();
-  dblock_lock_release(l);
-  pthread_join(th, NULL);
+  t0 = release_to_waiter(l, &w, 300, &rc);
   kill((pid_t)pid, SIGCONT);
+  assert_int_equal(rc, 0);
   assert_int_equal(w.rc, 0);
   assert_int_equal(dblock_client_stats(b, &after, sizeof after), 0);
   print_message("stalled listener %s/%s: granted %lld ms after the release, by polling\n",
