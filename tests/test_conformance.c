@@ -325,12 +325,13 @@ typedef struct waiter {
   int64_t hold_ms;
   int rc, order;
   int64_t got_at;
+  int64_t wait_ms; /* 0: forever */
 } waiter;
 
 static void *blocking_waiter(void *arg) {
   waiter *w = arg;
   dblock_lock *l = NULL;
-  w->rc = dblock_lock_acquire(&l, w->c, w->name, -1, 0);
+  w->rc = dblock_lock_acquire(&l, w->c, w->name, w->wait_ms ? w->wait_ms : -1, 0);
   w->got_at = tu_now_ms();
   w->order = atomic_fetch_add(&g_order, 1);
   if (w->rc == 0) {
@@ -1102,11 +1103,35 @@ static int no_queue_refuses_fair(void) {
   return 1;
 }
 
+/* The leased strategies on MariaDB wake waiters through the name's wake
+ * key (src/core/wake.c), which a holder has only when its grant came
+ * while it held the key — after waiting. */
+static int wakes_by_key(void) { return leased() && is("mysql"); }
+
+/* A grant of name to a that came after waiting: another client holds it
+ * first and releases it 800 ms into a's wait. */
+static dblock_lock *acquire_after_waiting(dblock_client *a, const char *name) {
+  dblock_client *x = cli(0);
+  dblock_lock *l = NULL;
+  later_release r = {.l = tu_acquire(x, name, 0, 0)};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, release_later, &r), 0);
+  assert_int_equal(dblock_lock_acquire(&l, a, name, -1, 0), 0);
+  pthread_join(th, NULL);
+  dblock_client_free(x);
+  return l;
+}
+
 /* A waiter whose polls are 5 s apart gets the name within 300 ms of its
- * release: the release woke it (stats.wakeups counts it). for_update is
- * granted from the server's own wait as promptly (no wake-up counted).
- * The leased strategies on MariaDB and SQLite poll (the test asserts that
- * they refuse fair mode instead). */
+ * release: the release woke it (stats.wakeups counts it) — on PostgreSQL
+ * by a notification, on MariaDB by handing over the wake key, which the
+ * holder there has because it waited for the name itself (the first
+ * waiter behind a holder that came without waiting polls: see the
+ * hand-off test). for_update is granted from the server's own wait as
+ * promptly (no wake-up counted). The leased strategies on SQLite poll
+ * (the test asserts that they refuse fair mode instead). On MariaDB this
+ * fails without the wake key: the waiter is granted at its next poll,
+ * seconds later. */
 static void test_release_wakes_waiter(void **s) {
   char name[128];
   dblock_client *a, *b;
@@ -1115,11 +1140,11 @@ static void test_release_wakes_waiter(void **s) {
   dblock_lock *l;
   int64_t t0;
   (void)s;
-  if (leased() && no_queue_refuses_fair()) return;
+  if (leased() && !wakes_by_key() && no_queue_refuses_fair()) return;
   a = cli(0);
   b = cli_queue(0, 5000);
   snprintf(name, sizeof name, "%s", tu_name("wake"));
-  l = tu_acquire(a, name, 0, 0);
+  l = wakes_by_key() ? acquire_after_waiting(a, name) : tu_acquire(a, name, 0, 0);
   w = (waiter){.c = b, .name = name, .rc = -99};
   t0 = release_to_waiter(l, &w, 500, NULL); /* (b asked, found it held, sleeps) */
   assert_int_equal(w.rc, 0);
@@ -1138,16 +1163,20 @@ static void test_release_wakes_waiter(void **s) {
  * again at once. The name goes w0, w1, w2, and only then back to the
  * holder: a release hands the name to the oldest waiter, and the releaser
  * coming straight back queues behind them. (Before the queue the releaser
- * took it straight back.) The pairs without a queue promise no order:
- * there every one of them is granted in the end, and fair mode is
- * refused. */
+ * took it straight back.) On MariaDB the order is the wake key's: w0
+ * holds it and polls (the holder came without waiting, so has no key),
+ * w1 and w2 wait for it in the server in turn, and the releaser's attempt
+ * is refused while w0 is about to take the freed row; without the key the
+ * releaser took the name straight back. The pairs without either promise
+ * no order: there every one of them is granted in the end, and fair mode
+ * is refused. */
 static void test_release_hands_off_in_order(void **s) {
   char name[128];
   dblock_client *a, *c[3];
   waiter w[3];
   pthread_t th[3];
   dblock_lock *l;
-  int mine, ordered = !no_queue_refuses_fair();
+  int mine, ordered = wakes_by_key() || !no_queue_refuses_fair();
   (void)s;
   a = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("handoff"));
@@ -1281,6 +1310,50 @@ static void test_stalled_listener_falls_back_to_polling(void **s) {
   dblock_client_free(b);
 }
 
+/* MariaDB, the hard variant of a stalled wake-up: the head waiter, which
+ * holds the name's wake key, is a process SIGSTOPped with its server
+ * session open — the key stays taken and nobody hands it on. The name
+ * still goes to the next waiter soon after the release: a freed row is
+ * kept for the key's holder only WAKE_HOLD_US (100 ms), and a wait for
+ * the key runs out at the waiter's poll window (250 ms). With that hold
+ * unbounded the waiter is never granted (its 5 s wait runs out). */
+static void test_stalled_key_holder(void **s) {
+  char name[128];
+  dblock_client *a, *c;
+  dblock_lock *l;
+  waiter w;
+  pid_t kid;
+  int64_t t0;
+  (void)s;
+  if (!wakes_by_key()) return;
+  a = cli(0);
+  c = cli(0);
+  snprintf(name, sizeof name, "%s", tu_name("stalled-key"));
+  l = tu_acquire(a, name, 0, 0);
+  kid = fork();
+  assert_true(kid >= 0);
+  if (kid == 0) {
+    dblock_client *k = cli(0);
+    dblock_lock *kl;
+    dblock_lock_acquire(&kl, k, name, -1, 0);
+    _exit(0);
+  }
+  tu_sleep_ms(500); /* the child waits first: it holds the key */
+  assert_int_equal(kill(kid, SIGSTOP), 0);
+  w = (waiter){.c = c, .name = name, .rc = -99, .wait_ms = 5000};
+  t0 = release_to_waiter(l, &w, 500, NULL); /* (c waits behind the child) */
+  kill(kid, SIGKILL);
+  waitpid(kid, NULL, 0);
+  assert_int_equal(w.rc, 0);
+  print_message("stalled key holder %s/%s: granted %lld ms after the release\n", cur.backend,
+                dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
+  if (w.got_at - t0 > 1500)
+    fail_msg("with the key's holder stalled, the waiter was granted %lld ms after the release",
+             (long long)(w.got_at - t0));
+  dblock_client_free(a);
+  dblock_client_free(c);
+}
+
 /* MariaDB for_update: a grant costs no redo flush (the floor's SELECT ...
  * FOR UPDATE does not either): the holder's row write is rolled back at
  * release, and InnoDB writes its log at COMMIT, never at ROLLBACK. 200
@@ -1397,6 +1470,7 @@ int main(void) {
       cmocka_unit_test(test_release_hands_off_in_order),
       cmocka_unit_test(test_fair_mode),
       cmocka_unit_test(test_stalled_listener_falls_back_to_polling),
+      cmocka_unit_test(test_stalled_key_holder),
       cmocka_unit_test(test_for_update_grant_is_not_flushed),
       cmocka_unit_test(test_release_is_not_flushed),
   };

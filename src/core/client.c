@@ -738,6 +738,7 @@ void dblock_client_free(dblock_client *cl) {
   while ((h = cl->held) != NULL) { /* handles not released: drop them */
     cl->held = h->next;
     if (h->pinned) pool_close(cl, h->pinned);
+    if (h->keyconn) pool_close(cl, h->keyconn); /* (and its wake key) */
     free(h);
   }
   while ((pc = cl->idle) != NULL) {

@@ -57,6 +57,9 @@ struct dbl_held {
   int lost_notified;  /* LOST_UNTOLD, LOST_TELLING (the callback is
                          running), LOST_TOLD */
   dbl_pconn *pinned;  /* for_update: the connection holding the txn */
+  dbl_pconn *keyconn; /* the connection holding the name's wake key
+                         (wake.c), kept out of the pool until the final
+                         release; NULL: none */
 };
 
 struct dblock_lock {
@@ -295,6 +298,9 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e);
  * and returns 1 if a cancel cut pc meanwhile (or acquires are cancelled):
  * the caller must then discard pc (dbl_pool_discard_cancelled).
  * dbl_cancel_sleep sleeps us microseconds or until a cancel. */
+/* The longest piece of a server-side wait that a cancel cannot reach
+ * directly (no cancel slot free): the waiting loop looks between pieces. */
+#define DBL_CANCEL_PIECE_MS 100
 int dbl_cancel_init(dblock_client *cl);
 void dbl_cancel_close(dblock_client *cl);
 int dbl_cancelled(dblock_client *cl);
@@ -323,5 +329,24 @@ void dbl_queue_leave(dblock_client *cl, int64_t ticket);
 void dbl_queue_stop(dblock_client *cl);
 /* Statements the listener sent; caller holds mu. */
 uint64_t dbl_queue_trips(const dblock_client *cl);
+
+/* ---- the wake key (wake.c) ---- */
+#define DBL_WAKE_KEY_MAX 32
+/* 1 if waiters of this client wait in the server for the name's wake key:
+ * the dialect has one, the strategy polls, and no transaction pooler sits
+ * in between (a session lock would stay with a server session that is
+ * someone else's a moment later). */
+int dbl_wake_possible(const dblock_client *cl);
+/* The wake key of name in this client's database and table. */
+void dbl_wake_key(const dblock_client *cl, const char *name, char out[DBL_WAKE_KEY_MAX]);
+/* Waits up to ms in the server for key on *kc (borrowed first if NULL,
+ * then kept by the caller); *got: 1 if it came (counted as a wake-up). A
+ * cancel reaches the wait. On failure *kc has been closed and set NULL
+ * (its session, and any key it held, gone). */
+int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms, int *got,
+                  dbl_err *e);
+/* Gives up key (held: kc holds it) and returns kc to the pool; closes kc
+ * instead when that fails. NULL kc: nothing. */
+void dbl_wake_drop(dblock_client *cl, dbl_pconn *kc, const char *key, int held);
 
 #endif

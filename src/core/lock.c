@@ -46,10 +46,6 @@ static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
   dbl_unlock(cl);
 }
 
-/* The longest piece of a server-side wait that a cancel cannot reach
- * directly (no cancel slot free): the acquire loop looks between pieces. */
-#define CANCEL_PIECE_MS 100
-
 /* How long a polling waiter keeps its backoff short (see the wait loop). */
 #define FAST_PHASE_MS 2000
 
@@ -97,6 +93,12 @@ static void busy_seen(dblock_client *cl, uint64_t hash) {
 typedef struct queue_place {
   int64_t ticket; /* 0: none */
   int queued;     /* run the queued statement (take or keep a ticket) */
+  /* The wake key (wake.c): the name's key (NULL: none), the connection
+   * this acquire waits on and attempts on once it has one (NULL: each
+   * attempt borrows), and whether that connection holds the key. */
+  const char *key;
+  dbl_pconn *kc;
+  int has_key;
 } queue_place;
 
 /* Sets up the scratch entry of a fresh (not reentrant) acquire of name by
@@ -174,6 +176,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
     op->version_hint = reentrant ? h->version : hint_get(cl, hash);
   op->q.ticket = qp->ticket;
   op->q.fair = cl->opts.fair;
+  op->q.wake_key = reentrant ? NULL : qp->key;
   if (qp->queued) {
     int64_t alive = queue_alive_ms(cl, h);
     op->q.channel = dbl_queue_channel(cl);
@@ -185,15 +188,41 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   return rc;
 }
 
-/* One attempt on a borrowed connection. For for_update a grant keeps the
- * connection pinned in h; otherwise it goes back to the pool. */
+/* Gives back the connection of an attempt that returned rc: for_update
+ * keeps a grant's connection pinned in h; a waiter's own connection
+ * (qp->kc) stays with the waiter while it waits, goes to h with a grant
+ * taken while it held the wake key (until the final release), and is
+ * closed when it broke; any other goes back to the pool. */
+static void attempt_done(dblock_client *cl, struct dbl_held *h, dbl_pconn *pc, int rc,
+                         queue_place *qp) {
+  if (rc == 0 && cl->strat->pins_connection) {
+    h->pinned = pc; /* held idle between calls: no bound */
+  } else if (pc != qp->kc) {
+    dbl_pool_return(cl, pc, rc);
+  } else if (rc == 0) {
+    if (qp->has_key) {
+      (void)dbl_call_end(cl, pc); /* (cut: broken, closed at the release) */
+      h->keyconn = pc;
+    } else {
+      dbl_pool_put(cl, pc);
+    }
+    qp->kc = NULL;
+    qp->has_key = 0;
+  } else if (rc == DBLOCK_ECONN || cl->drv->broken(pc->c)) {
+    dbl_pool_discard(cl, pc); /* (its session, and the key, end) */
+    qp->kc = NULL;
+    qp->has_key = 0;
+  }
+}
+
+/* One attempt on a borrowed connection (or the waiter's own, qp->kc). */
 static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int attempt_no,
                    int64_t wait_ms, uint64_t hash, queue_place *qp, int *taken, dbl_err *e) {
-  dbl_pconn *pc;
+  dbl_pconn *pc = qp->kc;
   dbl_op op;
   int rc, pins = cl->strat->pins_connection, slot = -1;
   int64_t sent;
-  if ((rc = dbl_pool_get_by(cl, &pc, pins, 0, e)) != 0) return rc;
+  if (!pc && (rc = dbl_pool_get_by(cl, &pc, pins, 0, e)) != 0) return rc;
   /* Polling strategies never mean to wait in the server; a row lock held
    * by a for_update transaction on the same name (mixing strategies) must
    * not block them for long. Only sent once per connection. */
@@ -201,14 +230,15 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
   else if (cl->drv->idle_guard) rc = cl->drv->idle_guard(pc->c, dbl_txn_idle_limit(cl), e);
   if (rc != 0) {
     rc = dbl_call_check(cl, pc, rc, e);
-    dbl_pool_put(cl, pc);
+    if (pc != qp->kc) dbl_pool_put(cl, pc);
+    else attempt_done(cl, h, pc, DBLOCK_ECONN, qp);
     return rc;
   }
   /* A wait in the server is where a cancel must reach in: register the
    * connection with dblock_client_cancel (or, with no slot free, wait in
    * short pieces and let the loop look at the flag between them). */
-  if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 && wait_ms > CANCEL_PIECE_MS)
-    wait_ms = CANCEL_PIECE_MS;
+  if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 && wait_ms > DBL_CANCEL_PIECE_MS)
+    wait_ms = DBL_CANCEL_PIECE_MS;
   /* (A cancel that came before the registration found no slot: look at
    * the flag after it — one side always sees the other.) */
   if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
@@ -233,6 +263,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
      * (only the strategies that wait in the server are watched, and they
      * hold their lock through the session). */
     dbl_pool_discard_cancelled(cl, pc);
+    if (pc == qp->kc) qp->kc = NULL, qp->has_key = 0;
     return DBLOCK_ECANCELED;
   }
   /* A server-side lock wait that ran out (PostgreSQL lock_timeout, MySQL
@@ -259,8 +290,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
     rc = dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
                      "no answer from the server in time; the call was cut");
   }
-  if (rc == 0 && pins) h->pinned = pc; /* held idle between calls: no bound */
-  else dbl_pool_return(cl, pc, rc);
+  attempt_done(cl, h, pc, rc, qp);
   return rc;
 }
 
@@ -274,6 +304,8 @@ typedef struct acq {
   struct dbl_held *h;    /* the scratch entry the attempts fill */
   struct dbl_held *mine; /* this owner's live entry (a reentrant acquire) */
   queue_place q;         /* this call's place in the wait queue */
+  int wake;              /* waiters wait for the name's wake key (wake.c) */
+  char key[DBL_WAKE_KEY_MAX];
   dbl_err e;
 } acq;
 
@@ -366,6 +398,27 @@ static void backoff(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   *cap_ms = *cap_ms * 2 > limit ? limit : *cap_ms * 2;
 }
 
+/* Waits in the server for the name's wake key (wake.c), at most a queued
+ * waiter's poll window: the release of a holder that has the key hands it
+ * over at once, and the next attempt follows at once either way (the
+ * wait that ran out is the poll). A failure leaves this acquire polling
+ * with backoff, as where there is no key. */
+static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
+  dblock_client *cl = a->cl;
+  int64_t ms = queue_alive_ms(cl, a->h) / 4;
+  int rc;
+  if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
+  rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->e);
+  if (rc != 0 && rc != DBLOCK_ECANCELED) {
+    dbl_log(cl, DBLOCK_LOG_INFO, "lock '%s': waiting for its wake key failed (%s); polling",
+            a->name, a->e.msg);
+    memset(&a->e, 0, sizeof a->e);
+    a->wake = 0;
+    backoff(a, now, deadline, cap_ms);
+  }
+  /* (a cancel: the loop's next look at the flag returns) */
+}
+
 /* Acquire, phase 3: attempts until granted, refused or out of time.
  * Strategies that wait in the server are asked to, in pieces of at most
  * the call limit (waiting forever too), so each piece's call is bounded;
@@ -389,6 +442,9 @@ static int acquire_wait(acq *a) {
     a->q.queued = a->wait_ms != 0 && !a->reentrant && dbl_queue_possible(cl) &&
                   (a->q.ticket || cl->opts.fair ||
                    ((a->tries > 0 || busy_lately(cl, a->hash)) && dbl_queue_ready(cl, 0)));
+    /* (every fresh attempt names the wake key: a free row is refused while
+     * a waiter that holds it is about to take it) */
+    a->q.key = a->wake && !a->reentrant ? a->key : NULL;
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->tries++;
     if (rc != DBLOCK_EBUSY) return rc;
@@ -411,8 +467,10 @@ static int acquire_wait(acq *a) {
       int64_t ms = queue_alive_ms(cl, a->h) / 4;
       if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
       dbl_queue_sleep(cl, a->q.ticket, ms);
+    } else if (a->q.key && !a->q.has_key) {
+      wake_wait(a, now, deadline, &cap_ms);
     } else if (!cl->strat->pins_connection) {
-      backoff(a, now, deadline, &cap_ms);
+      backoff(a, now, deadline, &cap_ms); /* (also the head waiter, holding the key) */
     }
   }
 }
@@ -509,6 +567,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   a.lease_ms = lease_ms;
   a.auto_renew = !cl->strat->has_lease || lease_ms == 0;
   a.hash = name_hash(name, strlen(name));
+  if ((a.wake = dbl_wake_possible(cl)) != 0) dbl_wake_key(cl, name, a.key);
   /* Everything that can fail without touching the database comes first,
    * so that a grant never has to be undone: the handle and the scratch
    * entry, and the watchdog (without it a lease could run out unnoticed
@@ -523,8 +582,10 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   } else if ((rc = acquire_enter(&a, &local)) == 0) {
     a.started = dbl_mono_ms();
     rc = acquire_wait(&a);
-    /* (a grant took its ticket out of the queue in the same statement) */
+    /* (a grant took its ticket out of the queue in the same statement,
+     * and its wake key with it) */
     if (a.q.ticket) dbl_queue_leave(cl, a.q.ticket);
+    dbl_wake_drop(cl, a.q.kc, a.key, a.q.has_key);
     dbl_lock(cl);
     if (rc != 0) rc = acquire_fail(&a, rc);
     else local = acquire_publish(&a), a.h = NULL;
@@ -636,13 +697,27 @@ static int ask_again_if_unanswered(dblock_client *cl, struct dbl_held *h, dbl_pc
  * twice. (for_update reports a dead session at COMMIT as lost: nobody can
  * tell whether it died before the COMMIT or after it.) */
 static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, dbl_err *e) {
-  dbl_pconn *pc = h->pinned;
+  dbl_pconn *pc = h->pinned, *kc = final ? h->keyconn : NULL;
   dbl_op op;
   int rc, asked;
+  /* A final release with the wake key runs on the key's connection (so
+   * that the key's session is active while the row is free: WAKE_REFUSED)
+   * and then hands the key on; the entry no longer has it either way. */
+  if (kc) {
+    dbl_lock(cl);
+    h->keyconn = NULL;
+    dbl_unlock(cl);
+    pc = kc;
+  }
   if (pc) dbl_call_bound(cl, pc, 0);
   else if ((rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
+  char key[DBL_WAKE_KEY_MAX] = "";
   dbl_op_init(&op, cl, pc, h, e);
   op.reentrant = !final;
+  if (kc) {
+    dbl_wake_key(cl, h->name, key);
+    op.q.wake_key = key; /* (the statement gives it up with the row) */
+  }
   rc = ask_again_if_unanswered(cl, h, &pc, &op, release_once, final, final, 0, "release",
                                &asked, e);
   if (rc == DBLOCK_ELOST && asked && cl->strat->released)
@@ -656,8 +731,13 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
       if (rc == 0) dbl_pool_put(cl, pc);
       else dbl_pool_discard(cl, pc); /* transaction state unknown */
     }
+  } else if (kc && !asked) {
+    /* Released: the statement gave the key up. Otherwise it may still be
+     * held: given up now, or closed with the connection. */
+    if (rc == DBLOCK_ECONN || cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
+    else dbl_wake_drop(cl, pc, key, rc != 0);
   } else if (pc) {
-    dbl_pool_return(cl, pc, rc);
+    dbl_pool_return(cl, pc, rc); /* (asked again: kc was closed, and its key with it) */
   }
   return rc;
 }
@@ -666,7 +746,7 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
  * hold fewer; the entry goes with its last handle or hold, after any
  * loss notification still owed for it. */
 static void release_finish(dblock_client *cl, struct dbl_held *h, int rc) {
-  dbl_pconn *pc = NULL;
+  dbl_pconn *pc = NULL, *kc = NULL;
   /* DBLOCK_ELOST is only ever returned after on_lost has fired (once). */
   if (rc == DBLOCK_ELOST) dbl_mark_lost(cl, h);
   dbl_lock(cl);
@@ -674,10 +754,13 @@ static void release_finish(dblock_client *cl, struct dbl_held *h, int rc) {
   if (!h->lost && rc == 0) h->holds--;
   unclaim(cl, h);
   if (h->handles <= 0 || (!h->lost && h->holds <= 0)) {
-    /* A lost for_update lock still pins its (dead) connection: close it,
-     * outside the mutex (closing takes it). */
+    /* A lost for_update lock still pins its (dead) connection, and a lost
+     * lock may still hold its wake key: close them, outside the mutex
+     * (closing takes it; closing ends the key's session, and the key). */
     pc = h->pinned;
     h->pinned = NULL;
+    kc = h->keyconn;
+    h->keyconn = NULL;
     if (h->handles <= 0) {
       /* Declared lost by the watchdog while this release ran: if the
        * release still won (rc 0) the notification is moot; otherwise it is
@@ -694,6 +777,7 @@ static void release_finish(dblock_client *cl, struct dbl_held *h, int rc) {
   }
   dbl_unlock(cl);
   if (pc) dbl_pool_discard(cl, pc);
+  if (kc) dbl_pool_discard(cl, kc);
 }
 
 int dblock_lock_release(dblock_lock *l) {

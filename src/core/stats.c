@@ -72,7 +72,8 @@ int dblock_stats_openmetrics(char *buf, size_t size, const dblock_stats *s) {
       {"losses", "Held locks lost.", offsetof(dblock_stats, losses)},
       {"connects", "Database connections opened.", offsetof(dblock_stats, connects)},
       {"disconnects", "Database connections lost or cut.", offsetof(dblock_stats, disconnects)},
-      {"wakeups", "Waiters woken by a release's notification.", offsetof(dblock_stats, wakeups)},
+      {"wakeups", "Waiters woken by a release's notification or given a name's wake key.",
+       offsetof(dblock_stats, wakeups)},
   };
   size_t len = 0;
   uint64_t cum = 0;

@@ -31,31 +31,35 @@
 
 typedef enum dbl_sid {
   /* insert strategy. Params: name, host, pid, thread, token, lease µs,
-   * reentrant flag. Out: the grant. Count 0 = busy. */
+   * reentrant flag, then the queue's two (below) and the wake key (NULL:
+   * none; see WAKE_WAIT). Out: the grant. Count 0 = busy. */
   DBL_S_INSERT_ACQUIRE,
   /* The same for a blocking waiter, with its place in the wait queue
    * (only where the dialect has one, see queue.c). Params: INSERT_ACQUIRE's,
    * then the caller's ticket or INT64_MAX and the fair flag (these two
    * also for INSERT_ACQUIRE), then the ticket (0: none), join flag, the
-   * client's notification channel, alive window µs, turn length µs. Out:
+   * client's notification channel, alive window µs, turn length µs, and
+   * the wake key. Out:
    * the grant, or (busy) one row: column 4 the ticket, 5 the row's
    * strategy, 6 whether the row keeps the caller out (see OPT_READ). */
   DBL_S_INSERT_QUEUED,
   /* insert / optimistic release (final). Params: name, token, thread,
-   * fence. Out: version (OPT_FREE, when the dialect can say). Count 1 =
-   * freed. */
+   * fence, the wake key the releaser holds (NULL: none; given up with the
+   * row where the dialect has keys). Out: version (OPT_FREE, when the
+   * dialect can say). Count 1 = freed. */
   DBL_S_INSERT_FREE,
   DBL_S_OPT_FREE,
   /* optimistic compare-and-set. Params: token, thread, reentrant flag,
-   * host, pid, lease µs, name, version (-2: any). Out: the grant. */
+   * host, pid, lease µs, name, version (-2: any), then as INSERT_ACQUIRE
+   * the queue's two and the wake key. Out: the grant. */
   DBL_S_OPT_CAS,
   /* (with the queue parameters as for INSERT_QUEUED after version: before,
    * fair for both; ticket, join, channel, alive, turn for QUEUED) */
   DBL_S_OPT_QUEUED,
   /* optimistic: read a row. Params: token, thread, name, then the queue's
-   * before-ticket and fair flag (as for INSERT_ACQUIRE). Columns: version,
-   * kept out (0/1: held by another owner, or someone ahead in the wait
-   * queue), strategy. */
+   * before-ticket and fair flag (as for INSERT_ACQUIRE), and the wake key.
+   * Columns: version, kept out (0/1: held by another owner, or someone
+   * ahead in the wait queue or holding the wake key), strategy. */
   DBL_S_OPT_READ,
   /* create a missing row, free. Params: name. */
   DBL_S_OPT_CREATE,
@@ -131,6 +135,11 @@ typedef enum dbl_sid {
   DBL_S_EPOCH_VOUCH,
   DBL_S_EPOCH_READ,
   DBL_S_REAP_PICK,
+  /* The wake key (src/core/wake.c), where the server has named session
+   * locks and no notifications (MariaDB): WAIT (params: key, µs; column:
+   * 1 got it, 0 the wait ran out) and DROP (params: key). NULL: none. */
+  DBL_S_WAKE_WAIT,
+  DBL_S_WAKE_DROP,
   DBL_S_COUNT
 } dbl_sid;
 

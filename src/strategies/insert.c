@@ -23,7 +23,7 @@
 #include "lease.h"
 
 static int insert_acquire(dbl_op *op, int64_t wait_ms) {
-  dbl_param p[14];
+  dbl_param p[15];
   dbl_out o;
   char row[16] = "";
   int rc, other, n, queued = op->q.channel != NULL;
@@ -54,12 +54,13 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
 }
 
 static int insert_release(dbl_op *op, int final) {
-  dbl_param p[4];
+  dbl_param p[5];
   dbl_out o;
   int rc;
   if (!final) return dbl_lease_release_inner(op);
   dbl_owner_params(op, p);
-  if ((rc = dbl_run(op, DBL_S_INSERT_FREE, p, 4, &o, 0)) != 0) return rc;
+  p[4] = dbl_wake_key_param(op);
+  if ((rc = dbl_run(op, DBL_S_INSERT_FREE, p, 5, &o, 0)) != 0) return rc;
   return o.count == 1 ? 0 : DBLOCK_ELOST;
 }
 

@@ -104,15 +104,24 @@ int dbl_lease_released(dbl_op *op) {
 }
 
 int dbl_queue_params(const dbl_op *op, dbl_param *p) {
+  int n = 2;
   p[0] = DBL_I64(op->q.ticket ? op->q.ticket : INT64_MAX);
   p[1] = DBL_I64(op->q.fair);
-  if (!op->q.channel) return 2;
-  p[2] = DBL_I64(op->q.ticket);
-  p[3] = DBL_I64(1);
-  p[4] = DBL_STR(op->q.channel);
-  p[5] = DBL_I64(op->q.alive_us);
-  p[6] = DBL_I64(op->q.turn_us);
-  return 7;
+  if (op->q.channel) {
+    p[2] = DBL_I64(op->q.ticket);
+    p[3] = DBL_I64(1);
+    p[4] = DBL_STR(op->q.channel);
+    p[5] = DBL_I64(op->q.alive_us);
+    p[6] = DBL_I64(op->q.turn_us);
+    n = 7;
+  }
+  p[n] = dbl_wake_key_param(op);
+  return n + 1;
+}
+
+dbl_param dbl_wake_key_param(const dbl_op *op) {
+  dbl_param none = {.type = DBL_P_NULL};
+  return op->q.wake_key ? DBL_STR(op->q.wake_key) : none;
 }
 
 int dbl_queue_answer(dbl_op *op, dbl_out *o, char *strategy, size_t size) {

@@ -27,7 +27,7 @@
  * row matched), or an error. A queued CAS (op->q.channel) also names the
  * row's strategy in row ("" when there is no row). */
 static int cas(dbl_op *op, int64_t v, char *row, size_t size) {
-  dbl_param p[15];
+  dbl_param p[16];
   dbl_out o;
   int rc, n, queued = op->q.channel != NULL;
   p[0] = DBL_STR(op->token);
@@ -51,7 +51,7 @@ static int cas(dbl_op *op, int64_t v, char *row, size_t size) {
 /* Reads the row's version and whether another owner holds it, creating
  * the row if missing. */
 static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
-  dbl_param p[5];
+  dbl_param p[6];
   dbl_out o;
   int rc;
   const char *strategy;
@@ -59,12 +59,13 @@ static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
   p[1] = DBL_I64(op->thread);
   p[2] = DBL_TEXT(op->name, op->name_len);
   {
-    dbl_param qp[7];
+    dbl_param qp[8];
     dbl_queue_params(op, qp); /* (the first two: who is ahead of us) */
     p[3] = qp[0];
     p[4] = qp[1];
   }
-  if ((rc = dbl_run(op, DBL_S_OPT_READ, p, 5, &o, 1)) != 0) return rc;
+  p[5] = dbl_wake_key_param(op);
+  if ((rc = dbl_run(op, DBL_S_OPT_READ, p, 6, &o, 1)) != 0) return rc;
   if (o.res.nrows == 0) {
     dbl_res_clear(&o.res);
     if ((rc = dbl_run(op, DBL_S_OPT_CREATE, p + 2, 1, &o, 0)) != 0) return rc;
@@ -146,12 +147,13 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
 }
 
 static int optimistic_release(dbl_op *op, int final) {
-  dbl_param p[4];
+  dbl_param p[5];
   dbl_out o;
   int rc;
   if (!final) return dbl_lease_release_inner(op);
   dbl_owner_params(op, p);
-  if ((rc = dbl_run(op, DBL_S_OPT_FREE, p, 4, &o, 0)) != 0) return rc;
+  p[4] = dbl_wake_key_param(op);
+  if ((rc = dbl_run(op, DBL_S_OPT_FREE, p, 5, &o, 0)) != 0) return rc;
   if (o.count != 1) return DBLOCK_ELOST;
   op->g.version = o.v[DBL_O_VERSION];
   return 0;

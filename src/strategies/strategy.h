@@ -57,6 +57,9 @@ typedef struct dbl_op {
     const char *channel;
     int64_t alive_us, turn_us;
     int kept_out;
+    /* The name's wake key (src/core/wake.c), or NULL: a free row is
+     * refused while another active session holds it. */
+    const char *wake_key;
   } q;
   dbl_err *e;
 } dbl_op;
