@@ -45,7 +45,8 @@ for tree in build build-asan build-tsan; do
     [ "$name" = test_topology ] && continue
     if [ -n "${DBLOCK_TEST_ONLY:-}" ] && [ "$name" != "$DBLOCK_TEST_ONLY" ]; then continue; fi
     # The sanitizer trees run a lighter contention load and fewer bank
-    # rounds (same checks).
+    # rounds (same checks), and test_faults leaves out its two slowest
+    # tests there (see its main).
     export DBLOCK_TEST_TREE="$tree"
     if [ "$tree" != build ]; then export DBLOCK_TEST_CYCLES=60 DBLOCK_TEST_BANK_ROUNDS=15
     else unset DBLOCK_TEST_CYCLES DBLOCK_TEST_BANK_ROUNDS; fi
