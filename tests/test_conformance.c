@@ -361,6 +361,17 @@ static int64_t release_to_waiter(dblock_lock *l, waiter *w, int64_t settle_ms,
   return t0;
 }
 
+/* Reports how long after the release at t0 waiter w was granted (what:
+ * the test's label) and fails past limit_ms. */
+static void granted_within(const waiter *w, int64_t t0, int64_t limit_ms, const char *what) {
+  int64_t after = w->got_at - t0;
+  print_message("%s %s/%s: granted %lld ms after the release\n", what, cur.backend,
+                dblock_strategy_name(cur.strategy), (long long)after);
+  if (after > limit_ms)
+    fail_msg("%s: waiter granted %lld ms after the release (limit %lld ms)", what,
+             (long long)after, (long long)limit_ms);
+}
+
 static void test_try_timed_blocking(void **s) {
   dblock_client *a = cli(0), *b = cli(0), *c = cli(0);
   char name[128];
@@ -1148,11 +1159,7 @@ static void test_release_wakes_waiter(void **s) {
   w = (waiter){.c = b, .name = name, .rc = -99};
   t0 = release_to_waiter(l, &w, 500, NULL); /* (b asked, found it held, sleeps) */
   assert_int_equal(w.rc, 0);
-  print_message("wake-up %s/%s: granted %lld ms after the release\n", cur.backend,
-                dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
-  if (w.got_at - t0 > 300)
-    fail_msg("waiter granted %lld ms after the release (its polls are 5 s apart)",
-             (long long)(w.got_at - t0));
+  granted_within(&w, t0, 300, "wake-up (polls 5 s apart)");
   assert_int_equal(dblock_client_stats(b, &st, sizeof st), 0);
   if (leased()) assert_true(st.wakeups >= 1);
   dblock_client_free(a);
@@ -1251,11 +1258,7 @@ static void test_fair_mode(void **s) {
   w = (waiter){.c = n, .name = name, .hold_ms = 0, .rc = -99};
   t0 = release_to_waiter(l, &w, 100, NULL);
   assert_int_equal(w.rc, 0);
-  print_message("fair %s/%s: next waiter granted %lld ms after the release (a dead waiter "
-                "ahead)\n",
-                cur.backend, dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
-  if (w.got_at - t0 > 2500)
-    fail_msg("a dead waiter held the line for %lld ms", (long long)(w.got_at - t0));
+  granted_within(&w, t0, 2500, "fair, a dead waiter ahead");
   dblock_client_free(a);
   dblock_client_free(b);
   dblock_client_free(n);
@@ -1300,11 +1303,7 @@ static void test_stalled_listener_falls_back_to_polling(void **s) {
   assert_int_equal(rc, 0);
   assert_int_equal(w.rc, 0);
   assert_int_equal(dblock_client_stats(b, &after, sizeof after), 0);
-  print_message("stalled listener %s/%s: granted %lld ms after the release, by polling\n",
-                cur.backend, dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
-  if (w.got_at - t0 > 1500)
-    fail_msg("with its listener stalled, the waiter was granted %lld ms after the release",
-             (long long)(w.got_at - t0));
+  granted_within(&w, t0, 1500, "stalled listener (by polling)");
   assert_int_equal(after.wakeups, before.wakeups);
   dblock_client_free(a);
   dblock_client_free(b);
@@ -1345,11 +1344,7 @@ static void test_stalled_key_holder(void **s) {
   kill(kid, SIGKILL);
   waitpid(kid, NULL, 0);
   assert_int_equal(w.rc, 0);
-  print_message("stalled key holder %s/%s: granted %lld ms after the release\n", cur.backend,
-                dblock_strategy_name(cur.strategy), (long long)(w.got_at - t0));
-  if (w.got_at - t0 > 1500)
-    fail_msg("with the key's holder stalled, the waiter was granted %lld ms after the release",
-             (long long)(w.got_at - t0));
+  granted_within(&w, t0, 1500, "stalled key holder");
   dblock_client_free(a);
   dblock_client_free(c);
 }

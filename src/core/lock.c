@@ -700,9 +700,9 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
   dbl_pconn *pc = h->pinned, *kc = final ? h->keyconn : NULL;
   dbl_op op;
   int rc, asked;
-  /* A final release with the wake key runs on the key's connection (so
-   * that the key's session is active while the row is free: WAKE_REFUSED)
-   * and then hands the key on; the entry no longer has it either way. */
+  /* A final release with the wake key runs on the key's connection: the
+   * statement gives the key up (a user lock is its session's) as it frees
+   * the row. The entry no longer has the key either way. */
   if (kc) {
     dbl_lock(cl);
     h->keyconn = NULL;

@@ -7,9 +7,9 @@
  * name busy waits in the server for the key, on a connection it keeps for
  * the rest of its acquire. Whoever holds the key goes next: the grant it
  * takes while holding the key keeps the key, on that connection, until
- * its release — so the holder's release (then RELEASE_LOCK) hands the key
- * to the oldest waiter at once, and that waiter tries. A free row is
- * refused to everyone else while another active session holds the key
+ * its release — whose statement gives the key up as it frees the row, so
+ * the oldest waiter gets it at once and tries. For a moment after a
+ * release the freed row is refused to every session but the key's holder
  * (the dialect's acquire statements: WAKE_REFUSED in src/sql/mysql.c), so
  * a holder that releases and asks again queues behind the waiters.
  *

@@ -58,7 +58,7 @@ typedef struct dbl_op {
     int64_t alive_us, turn_us;
     int kept_out;
     /* The name's wake key (src/core/wake.c), or NULL: a free row is
-     * refused while another active session holds it. */
+     * refused, just after a release, to all but its holder. */
     const char *wake_key;
   } q;
   dbl_err *e;
