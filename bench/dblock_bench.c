@@ -442,7 +442,8 @@ static double pct(const int32_t *v, long n, double q) {
 /* How a waiter learns that the name is free (BENCH.md, W2): the server's
  * lock queue (for_update), a release's notification (dblock on PostgreSQL,
  * insert / optimistic), the name's wake key (dblock on MariaDB, insert /
- * optimistic), or polling. */
+ * optimistic), the wake board (dblock on SQLite, insert / optimistic), or
+ * polling. */
 static const char *wake_path(void) {
   if (strcmp(cfg.mode, "dblock") != 0)
     return cfg.strategy == DBLOCK_STRATEGY_FOR_UPDATE && strcmp(cfg.mode, "floor") == 0
@@ -450,6 +451,7 @@ static const char *wake_path(void) {
                : "poll";
   if (cfg.strategy == DBLOCK_STRATEGY_FOR_UPDATE) return "server queue";
   if (strncmp(cfg.url, "postgres", 8) == 0) return "notification";
+  if (strncmp(cfg.url, "sqlite", 6) == 0) return "wake board";
   return strncmp(cfg.url, "mysql", 5) == 0 || strncmp(cfg.url, "mariadb", 7) == 0 ? "wake key"
                                                                                   : "poll";
 }

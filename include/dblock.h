@@ -276,8 +276,9 @@ typedef struct dblock_stats {
   uint64_t wait_ms[DBLOCK_STATS_WAIT_BUCKETS]; /* grants by wait time */
   uint64_t wait_ms_sum;      /* total wait of all grants, ms */
   uint64_t wakeups;          /* waiters woken by a release's notification
-                                (PostgreSQL), or given the name's wake key
-                                (MariaDB); insert and optimistic */
+                                (PostgreSQL), given the name's wake key
+                                (MariaDB), or woken on the wake board
+                                (SQLite); insert and optimistic */
 } dblock_stats;
 
 /* Copies the client's counters into *out; size is sizeof(dblock_stats) as

@@ -1118,6 +1118,8 @@ static int no_queue_refuses_fair(void) {
  * key (src/core/wake.c), which a holder has only when its grant came
  * while it held the key — after waiting. */
 static int wakes_by_key(void) { return leased() && is("mysql"); }
+/* The leased pairs on SQLite: waiters sleep on the wake board (board.c). */
+static int wakes_by_board(void) { return leased() && is("sqlite"); }
 
 /* A grant of name to a that came after waiting: another client holds it
  * first and releases it 800 ms into a's wait. */
@@ -1139,10 +1141,10 @@ static dblock_lock *acquire_after_waiting(dblock_client *a, const char *name) {
  * holder there has because it waited for the name itself (the first
  * waiter behind a holder that came without waiting polls: see the
  * hand-off test). for_update is granted from the server's own wait as
- * promptly (no wake-up counted). The leased strategies on SQLite poll
- * (the test asserts that they refuse fair mode instead). On MariaDB this
- * fails without the wake key: the waiter is granted at its next poll,
- * seconds later. */
+ * promptly (no wake-up counted). On SQLite the release wakes the waiter
+ * asleep on the wake board. On MariaDB and SQLite this fails without the
+ * wake key / board: the waiter is granted at its next poll, seconds
+ * later. */
 static void test_release_wakes_waiter(void **s) {
   char name[128];
   dblock_client *a, *b;
@@ -1151,7 +1153,7 @@ static void test_release_wakes_waiter(void **s) {
   dblock_lock *l;
   int64_t t0;
   (void)s;
-  if (leased() && !wakes_by_key() && no_queue_refuses_fair()) return;
+  if (leased() && !wakes_by_key() && !wakes_by_board() && no_queue_refuses_fair()) return;
   a = cli(0);
   b = cli_queue(0, 5000);
   snprintf(name, sizeof name, "%s", tu_name("wake"));
@@ -1174,23 +1176,27 @@ static void test_release_wakes_waiter(void **s) {
  * holds it and polls (the holder came without waiting, so has no key),
  * w1 and w2 wait for it in the server in turn, and the releaser's attempt
  * is refused while w0 is about to take the freed row; without the key the
- * releaser took the name straight back. The pairs without either promise
- * no order: there every one of them is granted in the end, and fair mode
- * is refused. */
+ * releaser took the name straight back. On SQLite the order is the wake
+ * board's: the waiters sleep in turn (with 5 s polls, so none re-queues
+ * by polling meanwhile), a release wakes the one that slept first, and
+ * the releaser coming straight back queues behind them untried; without
+ * the board the releaser took the name straight back. The pairs without
+ * any of these promise no order: there every one of them is granted in
+ * the end, and fair mode is refused. */
 static void test_release_hands_off_in_order(void **s) {
   char name[128];
   dblock_client *a, *c[3];
   waiter w[3];
   pthread_t th[3];
   dblock_lock *l;
-  int mine, ordered = wakes_by_key() || !no_queue_refuses_fair();
+  int mine, ordered = wakes_by_key() || wakes_by_board() || !no_queue_refuses_fair();
   (void)s;
   a = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("handoff"));
   l = tu_acquire(a, name, 0, 0);
   atomic_store(&g_order, 0);
   for (int i = 0; i < 3; i++) {
-    c[i] = cli_queue(0, 0);
+    c[i] = cli_queue(0, wakes_by_board() ? 5000 : 0);
     w[i] = (waiter){.c = c[i], .name = name, .hold_ms = 50, .rc = -99};
     assert_int_equal(pthread_create(&th[i], NULL, blocking_waiter, &w[i]), 0);
     tu_sleep_ms(300); /* queued before the next one comes */
@@ -1317,7 +1323,8 @@ static void test_stalled_listener_falls_back_to_polling(void **s) {
  * the key runs out at the waiter's poll window (250 ms). With that hold
  * unbounded the waiter is never granted (its 5 s wait runs out). */
 static void test_stalled_key_holder(void **s) {
-  char name[128];
+  char name[128], sql[512];
+  int rc;
   dblock_client *a, *c;
   dblock_lock *l;
   waiter w;
@@ -1341,12 +1348,48 @@ static void test_stalled_key_holder(void **s) {
   assert_int_equal(kill(kid, SIGSTOP), 0);
   w = (waiter){.c = c, .name = name, .rc = -99, .wait_ms = 5000};
   t0 = release_to_waiter(l, &w, 500, NULL); /* (c waits behind the child) */
-  kill(kid, SIGKILL);
+  /* A free row that was never held has no renewed_at (an optimistic row
+   * created after the reaper took the old one): the stalled child still
+   * holds the key, and the row must not be refused — it once was, for as
+   * long as the key holder's session lasted (NOT NULL is NULL). */
+  snprintf(sql, sizeof sql, "UPDATE %s SET renewed_at = NULL WHERE name = '%s'", cur.table, name);
+  tu_sql(cur.url, sql, NULL);
+  rc = tu_try(c, name);
+  kill(kid, SIGKILL); /* (before any assertion: a failure must not leave it stopped) */
   waitpid(kid, NULL, 0);
   assert_int_equal(w.rc, 0);
   granted_within(&w, t0, 1500, "stalled key holder");
+  assert_int_equal(rc, 0);
   dblock_client_free(a);
   dblock_client_free(c);
+}
+
+/* MariaDB: a lock granted after waiting keeps its wake key's connection
+ * until its release. Force-unlocked, then taken afresh by the same thread
+ * (a reentrant acquire that finds its outer hold gone), the new grant is
+ * an entry of its own and must not share that connection: it once did
+ * (copied with the outer entry), and the two releases and the client's
+ * close each closed it again — a use after free that the sanitizer trees
+ * stop at. */
+static void test_regrant_after_force_unlock(void **s) {
+  char name[128];
+  dblock_client *a, *admin;
+  dblock_lock *l, *l2 = NULL;
+  (void)s;
+  if (!wakes_by_key()) return;
+  a = cli(0);
+  admin = cli(0);
+  snprintf(name, sizeof name, "%s", tu_name("regrant"));
+  l = acquire_after_waiting(a, name);
+  assert_int_equal(dblock_force_unlock(admin, name, NULL), 0);
+  assert_int_equal(dblock_lock_acquire(&l2, a, name, 0, 0), 0);
+  assert_true(dblock_lock_fence(l2) > dblock_lock_fence(l));
+  must_release(l2);
+  assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  assert_int_equal(tu_try(admin, name), 0);
+  for (int i = 0; i < 20; i++) must_release(tu_acquire(a, name, 0, 0)); /* (the pool is sound) */
+  dblock_client_free(admin);
+  dblock_client_free(a);
 }
 
 /* MariaDB for_update: a grant costs no redo flush (the floor's SELECT ...
@@ -1466,6 +1509,7 @@ int main(void) {
       cmocka_unit_test(test_fair_mode),
       cmocka_unit_test(test_stalled_listener_falls_back_to_polling),
       cmocka_unit_test(test_stalled_key_holder),
+      cmocka_unit_test(test_regrant_after_force_unlock),
       cmocka_unit_test(test_for_update_grant_is_not_flushed),
       cmocka_unit_test(test_release_is_not_flushed),
   };

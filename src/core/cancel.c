@@ -62,6 +62,7 @@ int dblock_client_cancel(dblock_client *cl) {
     }
     atomic_store(&cl->cancel_slot[i], v);
   }
+  dbl_board_cancel(cl); /* (waiters asleep on the wake board) */
   errno = saved;
   return 0;
 }

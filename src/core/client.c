@@ -751,6 +751,7 @@ void dblock_client_free(dblock_client *cl) {
   }
   for (int i = 0; i < DBL_S_COUNT; i++) free(cl->sqls[i]);
   dbl_cancel_close(cl);
+  dbl_board_close(cl);
   dbl_url_free(&cl->url);
   free(cl->all);
   pthread_cond_destroy(&cl->cv);

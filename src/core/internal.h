@@ -148,6 +148,12 @@ struct dblock_client {
   atomic_int cancelled;
   int cancel_fd[2];
   _Atomic uintptr_t cancel_slot[DBL_CANCEL_SLOTS];
+  /* The wake board (board.c): mapped at a waiter's first need (state 0
+   * untried, 1 mapped, -1 cannot be: polling), and the futex words this
+   * client's waiters sleep on, for dblock_client_cancel to wake. */
+  struct dbl_board *board;
+  int board_state;
+  _Atomic uintptr_t board_wait[DBL_CANCEL_SLOTS];
 };
 
 /* The client whose on_lost or log callback this thread is running (NULL
@@ -348,5 +354,27 @@ int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms
 /* Gives up key (held: kc holds it) and returns kc to the pool; closes kc
  * instead when that fails. NULL kc: nothing. */
 void dbl_wake_drop(dblock_client *cl, dbl_pconn *kc, const char *key, int held);
+
+/* ---- the wake board (board.c) ---- */
+/* 1 if this client's waiters sleep on the wake board: the driver names
+ * one (a database on this host), the strategy polls, and it could be
+ * mapped (mapped here at the first call). */
+int dbl_board_possible(dblock_client *cl);
+/* The board hash of name in this client's table. */
+uint64_t dbl_board_hash(const dblock_client *cl, const char *name);
+/* The counter of the name's slot: read before an attempt, waited on after. */
+uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h);
+/* Until when (monotonic ms) a release of the name just woke a sleeper, so
+ * that a fresh acquire queues instead of trying; 0: not lately. */
+int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h);
+/* Sleeps until the counter moves from seen (1, counted as a wake-up),
+ * ms pass, or the client is cancelled (0). */
+int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms);
+/* A release freed the name: moves the counter and wakes its oldest sleeper. */
+void dbl_board_post(dblock_client *cl, uint64_t h);
+/* Wakes this client's sleepers (dblock_client_cancel: async-signal-safe). */
+void dbl_board_cancel(dblock_client *cl);
+/* Unmaps the board (dblock_client_free). */
+void dbl_board_close(dblock_client *cl);
 
 #endif

@@ -99,6 +99,7 @@ typedef struct queue_place {
   const char *key;
   dbl_pconn *kc;
   int has_key;
+  int untried; /* queued on the wake board before a first attempt */
 } queue_place;
 
 /* Sets up the scratch entry of a fresh (not reentrant) acquire of name by
@@ -177,6 +178,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   op->q.ticket = qp->ticket;
   op->q.fair = cl->opts.fair;
   op->q.wake_key = reentrant ? NULL : qp->key;
+  op->q.queued_untried = qp->untried;
   if (qp->queued) {
     int64_t alive = queue_alive_ms(cl, h);
     op->q.channel = dbl_queue_channel(cl);
@@ -306,6 +308,10 @@ typedef struct acq {
   queue_place q;         /* this call's place in the wait queue */
   int wake;              /* waiters wait for the name's wake key (wake.c) */
   char key[DBL_WAKE_KEY_MAX];
+  int board;             /* waiters sleep on the wake board (board.c) */
+  int board_looked;      /* a fresh acquire looked whether to queue first */
+  uint64_t bhash;        /* the name's board hash */
+  uint32_t bseq;         /* its slot's counter, read before the attempt */
   dbl_err e;
 } acq;
 
@@ -353,6 +359,12 @@ static int acquire_enter(acq *a, struct dbl_held **local) {
     claim(cl, a->mine);
     a->reentrant = 1;
     *a->h = *a->mine; /* the attempt fills this scratch copy */
+    /* ...which owns none of the entry's resources: a fresh grant (the
+     * outer hold turned out lost) is linked as an entry of its own, and
+     * two entries closing one wake-key connection would close it twice. */
+    a->h->keyconn = NULL;
+    a->h->pinned = NULL;
+    a->h->next = NULL;
   }
   dbl_unlock(cl);
   /* A reentrant acquire keeps the outer hold's entry (a copy: name,
@@ -419,6 +431,15 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   /* (a cancel: the loop's next look at the flag returns) */
 }
 
+/* Sleeps on the wake board (board.c) until a release of the name's slot
+ * after the last attempt wakes this waiter, or until `until` (monotonic
+ * ms), never past the deadline: the sleep that runs out is the poll. */
+static void board_sleep(acq *a, int64_t until, int64_t deadline) {
+  int64_t now = dbl_mono_ms();
+  if (a->wait_ms > 0 && until > deadline) until = deadline;
+  if (until > now) dbl_board_wait(a->cl, a->bhash, a->bseq, until - now);
+}
+
 /* Acquire, phase 3: attempts until granted, refused or out of time.
  * Strategies that wait in the server are asked to, in pieces of at most
  * the call limit (waiting forever too), so each piece's call is bounded;
@@ -445,6 +466,20 @@ static int acquire_wait(acq *a) {
     /* (every fresh attempt names the wake key: a free row is refused while
      * a waiter that holds it is about to take it) */
     a->q.key = a->wake && !a->reentrant ? a->key : NULL;
+    if (a->board && !a->reentrant) {
+      int64_t until;
+      a->bseq = dbl_board_seq(cl, a->bhash);
+      /* No barging: a fresh blocking acquire that comes just after a
+       * release woke a sleeper queues behind the sleepers, untried. */
+      if (!a->board_looked && a->wait_ms != 0) {
+        a->board_looked = 1;
+        if ((until = dbl_board_handed_until(cl, a->bhash)) != 0) {
+          a->q.untried = 1;
+          board_sleep(a, until, deadline);
+          continue;
+        }
+      }
+    }
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->tries++;
     if (rc != DBLOCK_EBUSY) return rc;
@@ -469,6 +504,8 @@ static int acquire_wait(acq *a) {
       dbl_queue_sleep(cl, a->q.ticket, ms);
     } else if (a->q.key && !a->q.has_key) {
       wake_wait(a, now, deadline, &cap_ms);
+    } else if (a->board && !a->reentrant) {
+      board_sleep(a, now + queue_alive_ms(cl, a->h) / 4, deadline);
     } else if (!cl->strat->pins_connection) {
       backoff(a, now, deadline, &cap_ms); /* (also the head waiter, holding the key) */
     }
@@ -568,6 +605,8 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   a.auto_renew = !cl->strat->has_lease || lease_ms == 0;
   a.hash = name_hash(name, strlen(name));
   if ((a.wake = dbl_wake_possible(cl)) != 0) dbl_wake_key(cl, name, a.key);
+  else if (wait_ms != 0 && (a.board = dbl_board_possible(cl)) != 0)
+    a.bhash = dbl_board_hash(cl, name);
   /* Everything that can fail without touching the database comes first,
    * so that a grant never has to be undone: the handle and the scratch
    * entry, and the watchdog (without it a lease could run out unnoticed
@@ -707,6 +746,12 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
     dbl_lock(cl);
     h->keyconn = NULL;
     dbl_unlock(cl);
+    /* Idle for the whole hold: one the server closed meanwhile (its key
+     * went with its session) is not worth a failed call. */
+    if (cl->drv->idle_alive && !cl->drv->idle_alive(kc->c)) {
+      dbl_pool_discard(cl, kc);
+      kc = NULL;
+    }
     pc = kc;
   }
   if (pc) dbl_call_bound(cl, pc, 0);
@@ -723,6 +768,8 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
   if (rc == DBLOCK_ELOST && asked && cl->strat->released)
     rc = dbl_call_check(cl, pc, cl->strat->released(&op), e);
   if (rc == 0) h->version = op.g.version;
+  /* (freed and committed: the name's oldest sleeper on the board tries) */
+  if (rc == 0 && final && dbl_board_possible(cl)) dbl_board_post(cl, dbl_board_hash(cl, h->name));
   if (cl->strat->version_hints)
     hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1);
   if (h->pinned) {

@@ -22,7 +22,7 @@
 #include "../core/url.h"
 #include "dblock.h"
 
-#define DBL_DRIVER_VERSION 6
+#define DBL_DRIVER_VERSION 7
 
 typedef enum dbl_dialect { DBL_PG = 1, DBL_MY = 2, DBL_LITE = 3 } dbl_dialect;
 
@@ -196,6 +196,12 @@ typedef struct dbl_driver {
    * when none came) or DBLOCK_ECONN when the connection broke. */
   int (*await_notify)(dbl_conn *c, int64_t timeout_ms,
                       void (*got)(const char *payload, void *arg), void *arg, dbl_err *e);
+  /* ---- version 7 ---- */
+  /* Writes to out the path of a file that every process using this
+   * database maps (the wake board, src/core/board.c): only for a database
+   * that is a file on this host. 0, or -1 (no board: the waiters poll).
+   * NULL for a server. */
+  int (*board_path)(const dbl_url *u, char *out, size_t n);
 } dbl_driver;
 
 extern const dbl_driver dbl_driver_pg;

@@ -17,6 +17,7 @@
  * key, is the statements' business: src/sql/sqlite.c.)
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <unistd.h>
 #include <sqlite3.h>
@@ -419,6 +420,15 @@ static int lite_lock_begin(dbl_conn *c, int64_t wait_ms, const dbl_stmt *s, dbl_
   return lite_query(c, s->sql, s->params, s->nparams, res, e);
 }
 
+/* The wake board sits next to the database file, named from its real
+ * path, so that every process that opens the file — under any path —
+ * shares it. */
+static int lite_board_path(const dbl_url *u, char *out, size_t n) {
+  char real[PATH_MAX];
+  if (!u->path || !realpath(u->path, real)) return -1;
+  return (size_t)snprintf(out, n, "%s-dblock-wake", real) < n ? 0 : -1;
+}
+
 const dbl_driver dbl_driver_sqlite = {
     .version = DBL_DRIVER_VERSION,
     .name = "sqlite",
@@ -438,4 +448,5 @@ const dbl_driver dbl_driver_sqlite = {
     .round_trips = lite_trips,
     .set_lock_wait = lite_set_lock_wait,
     .set_autocommit = lite_set_autocommit,
+    .board_path = lite_board_path,
 };

@@ -22,11 +22,13 @@
  * activity (information_schema.PROCESSLIST) cost every grant 0.2 ms,
  * because MariaDB fills that table before it evaluates anything. A lease
  * that ran out is not refused. NULL key (a reentrant hold, no wake-ups):
- * never refused. Only a liveness rule: exclusion stays with the row. */
+ * never refused. Never NULL either (a row that was never held has no
+ * renewed_at): NOT NULL would refuse it for as long as the key is held.
+ * Only a liveness rule: exclusion stays with the row. */
 #define WAKE_HOLD_US "100000"
 #define WAKE_REFUSED                                                            \
-  "(state = 0 AND renewed_at > UTC_TIMESTAMP(6) - INTERVAL " WAKE_HOLD_US       \
-  " MICROSECOND AND IFNULL(IS_USED_LOCK(?) <> CONNECTION_ID(), 0))"
+  "IFNULL(state = 0 AND renewed_at > UTC_TIMESTAMP(6) - INTERVAL " WAKE_HOLD_US \
+  " MICROSECOND AND IS_USED_LOCK(?) <> CONNECTION_ID(), 0)"
 
 /* MySQL evaluates ON DUPLICATE KEY assignments left to right, each seeing
  * the columns already assigned; so the two conditions are computed once,
@@ -153,7 +155,9 @@ static const char LEASE_FREED[] =
 /* The wake key: wait up to the given µs for it (column: 1 got it, 0 the
  * wait ran out), and give it up. A user lock belongs to the session and
  * ends with it. */
-static const char WAKE_WAIT[] = "SELECT GET_LOCK(?, ? / 1000000)";
+/* (a product, not a quotient: a quotient's scale follows the server's
+ * div_precision_increment, and at 0 a 250 ms wait would round to none) */
+static const char WAKE_WAIT[] = "SELECT GET_LOCK(?, ? * 0.000001)";
 static const char WAKE_DROP[] = "DO RELEASE_LOCK(?)";
 
 static const char ROW_STRATEGY[] = "SELECT strategy FROM ${table} WHERE name = ?";

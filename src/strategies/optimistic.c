@@ -105,6 +105,8 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
    * without a hint tries the CAS at any version first: it takes its
    * ticket with it. */
   if (op->q.channel && v == -1) v = VERSION_ANY;
+  /* One that queued untried has a stale hint: the name went round since. */
+  if (op->q.queued_untried && !op->reentrant) v = VERSION_ANY;
   /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
    * with that one statement: reading first would cost it a second round
    * trip per poll, during which a holder that releases and re-acquires at

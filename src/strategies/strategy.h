@@ -57,9 +57,13 @@ typedef struct dbl_op {
     const char *channel;
     int64_t alive_us, turn_us;
     int kept_out;
-    /* The name's wake key (src/core/wake.c), or NULL: a free row is
-     * refused, just after a release, to all but its holder. */
+    /* The name's wake key (src/core/wake.c): a free row is refused, just
+     * after a release, to all but the key's holder. NULL: no key, and
+     * never refused (a reentrant hold, or no wake-ups). */
     const char *wake_key;
+    /* 1: the caller queued behind a release's wake-up without trying
+     * (src/core/board.c), so any version it knows is stale. */
+    int queued_untried;
   } q;
   dbl_err *e;
 } dbl_op;
