@@ -1321,7 +1321,10 @@ static void test_stalled_listener_falls_back_to_polling(void **s) {
  * still goes to the next waiter soon after the release: a freed row is
  * kept for the key's holder only WAKE_HOLD_US (100 ms), and a wait for
  * the key runs out at the waiter's poll window (250 ms). With that hold
- * unbounded the waiter is never granted (its 5 s wait runs out). */
+ * unbounded the waiter is never granted (its 5 s wait runs out). On
+ * SQLite the same stopped process is the oldest sleeper on the wake
+ * board: the release's one wake-up must still reach the waiter behind it
+ * (a stopped task is off the futex's queue), at worst at its poll window. */
 static void test_stalled_key_holder(void **s) {
   char name[128], sql[512];
   int rc;
@@ -1331,7 +1334,7 @@ static void test_stalled_key_holder(void **s) {
   pid_t kid;
   int64_t t0;
   (void)s;
-  if (!wakes_by_key()) return;
+  if (!wakes_by_key() && !wakes_by_board()) return;
   a = cli(0);
   c = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("stalled-key"));
@@ -1353,8 +1356,8 @@ static void test_stalled_key_holder(void **s) {
    * holds the key, and the row must not be refused — it once was, for as
    * long as the key holder's session lasted (NOT NULL is NULL). */
   snprintf(sql, sizeof sql, "UPDATE %s SET renewed_at = NULL WHERE name = '%s'", cur.table, name);
-  tu_sql(cur.url, sql, NULL);
-  rc = tu_try(c, name);
+  rc = 0;
+  if (wakes_by_key()) tu_sql(cur.url, sql, NULL), rc = tu_try(c, name);
   kill(kid, SIGKILL); /* (before any assertion: a failure must not leave it stopped) */
   waitpid(kid, NULL, 0);
   assert_int_equal(w.rc, 0);
