@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1101,6 +1102,14 @@ static dblock_client *cli_queue(int fair, int64_t backoff_ms) {
   return tu_open_opts(cur.url, &o);
 }
 
+/* The same on another database of the same backend. */
+static dblock_client *cli_queue_on(const char *url, int64_t backoff_ms) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  o.strategy = cur.strategy;
+  o.backoff_min_ms = o.backoff_max_ms = backoff_ms;
+  return tu_open_opts(url, &o);
+}
+
 /* The pairs without a queue refuse fair mode at open. */
 static int no_queue_refuses_fair(void) {
   dblock_options o = DBLOCK_OPTIONS_INIT;
@@ -1367,6 +1376,53 @@ static void test_stalled_key_holder(void **s) {
   dblock_client_free(c);
 }
 
+/* SQLite: the wake board is a file next to the database that every
+ * process using it writes. A symlink planted under its name (here to a
+ * file the test owns) is refused: the waiters poll — the waiter is still
+ * granted, with no wake-up counted — and the file it points at is left as
+ * it was. (The board once followed it, grew the file to its own size and
+ * wrote counters into it.) */
+static void test_board_refuses_symlink(void **s) {
+  char dir[] = "/tmp/dblock-board-XXXXXX", db[128], board[160], victim[160], url[160];
+  char buf[64] = "";
+  dblock_client *a, *b;
+  dblock_lock *l;
+  dblock_stats st;
+  waiter w;
+  struct stat vs;
+  FILE *f;
+  (void)s;
+  if (!wakes_by_board()) return;
+  assert_non_null(mkdtemp(dir));
+  snprintf(db, sizeof db, "%s/b.db", dir);
+  snprintf(board, sizeof board, "%s-dblock-wake", db);
+  snprintf(victim, sizeof victim, "%s/precious", dir);
+  snprintf(url, sizeof url, "sqlite://%s", db);
+  assert_non_null(f = fopen(victim, "w"));
+  fputs("precious bytes", f);
+  fclose(f);
+  assert_int_equal(symlink(victim, board), 0);
+  a = tu_open(url, cur.strategy, NULL, 0);
+  tu_migrate(a);
+  b = cli_queue_on(url, 5000);
+  l = tu_acquire(a, "board-symlink", 0, 0);
+  w = (waiter){.c = b, .name = "board-symlink", .rc = -99, .wait_ms = 10000};
+  release_to_waiter(l, &w, 300, NULL);
+  assert_int_equal(w.rc, 0);
+  assert_int_equal(dblock_client_stats(b, &st, sizeof st), 0);
+  assert_int_equal(st.wakeups, 0);
+  assert_int_equal(stat(victim, &vs), 0);
+  assert_int_equal(vs.st_size, 14);
+  assert_non_null(f = fopen(victim, "r"));
+  assert_non_null(fgets(buf, sizeof buf, f));
+  fclose(f);
+  assert_string_equal(buf, "precious bytes");
+  dblock_client_free(a);
+  dblock_client_free(b);
+  snprintf(url, sizeof url, "rm -rf '%s'", dir);
+  assert_int_equal(system(url), 0);
+}
+
 /* MariaDB: a lock granted after waiting keeps its wake key's connection
  * until its release. Force-unlocked, then taken afresh by the same thread
  * (a reentrant acquire that finds its outer hold gone), the new grant is
@@ -1513,6 +1569,7 @@ int main(void) {
       cmocka_unit_test(test_stalled_listener_falls_back_to_polling),
       cmocka_unit_test(test_stalled_key_holder),
       cmocka_unit_test(test_regrant_after_force_unlock),
+      cmocka_unit_test(test_board_refuses_symlink),
       cmocka_unit_test(test_for_update_grant_is_not_flushed),
       cmocka_unit_test(test_release_is_not_flushed),
   };

@@ -3,13 +3,13 @@
  * file on this host (SQLite), for insert and optimistic.
  *
  * Every process that opens the same database maps one small shared file
- * next to it (the driver names it: board_path), an array of slots. A name
- * hashes to a slot and to one bit of a 32-bit mask. A waiter whose attempt
- * found the name busy sleeps on its slot's counter (a Linux futex, shared
- * between processes through the mapping) until the counter moves; a
- * release bumps the counter and wakes one sleeper whose bit matches — the
- * kernel wakes a futex's sleepers in the order they went to sleep, so the
- * name goes round its waiters in arrival order.
+ * next to it (the driver names it: board_path): an array of 32-bit
+ * counters, one per name hash (WORDS of them), and a few hand-off records.
+ * A waiter whose attempt found the name busy sleeps on its name's counter
+ * (a Linux futex, shared between processes through the mapping) until the
+ * counter moves; a release bumps the counter and wakes one sleeper — the
+ * kernel wakes a futex's sleepers of equal priority in the order they went
+ * to sleep, so the name goes round its waiters in arrival order.
  *
  * No barging: a release that woke somebody notes when, and the name's
  * hash; for HOLD_MS after that, a fresh blocking acquire of that name does
@@ -18,11 +18,15 @@
  * that died before trying delays fresh acquirers that long at most.
  *
  * Everything here only decides who tries when: exclusion and fences stay
- * with the row. Every sleep is bounded (the caller's poll window), so a
- * wake-up lost — a woken waiter killed, a hash shared by two names, a
- * holder whose lease ran out without a release, a process that opened the
- * file under another path — costs a poll window, never a lock. A board
- * that cannot be opened (a read-only folder) leaves the waiters polling.
+ * with the row, and whatever the file holds (another process may write it)
+ * can only delay a waiter. Every sleep is bounded (the caller's poll
+ * window; the hold by a hand-off record, which is believed only when it is
+ * younger than HOLD_MS by this host's clock), so a wake-up lost — a woken
+ * waiter killed, a hash shared by two names, a holder whose lease ran out
+ * without a release, a process that opened the file under another name —
+ * costs a poll window, never a lock. A board that cannot be opened (a
+ * read-only folder, a file that is not a plain file of ours) or a futex
+ * call that fails leaves the waiters polling.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,24 +45,28 @@
 
 #include "internal.h"
 
-#define SLOTS 1024
+#define WORDS 32768 /* counters, by name hash */
+#define HANDS 1024  /* hand-off records, by name hash */
 #define HOLD_MS 100
 
-typedef struct board_slot {
-  _Atomic uint32_t seq;       /* bumped by every release of a name of the slot */
-  uint32_t unused;
-  _Atomic int64_t handed_ms;  /* CLOCK_MONOTONIC ms of the last release that
-                                 woke a sleeper (0: none) */
-  _Atomic uint64_t handed;    /* that release's name hash: other names of
-                                 the slot are not held back */
-  uint64_t unused2;
-} board_slot;
+typedef struct board_hand {
+  _Atomic int64_t at_ms;  /* CLOCK_MONOTONIC ms of the last release of a name
+                             of the record that woke a sleeper (0: none) */
+  _Atomic uint64_t hash;  /* that name's hash: other names are not held back */
+} board_hand;
+
+typedef struct board_file {
+  _Atomic uint32_t word[WORDS]; /* bumped by every release of a name of the word */
+  board_hand hand[HANDS];
+} board_file;
+
+_Static_assert(sizeof(board_file) == WORDS * 4 + HANDS * 16, "the board's layout is shared");
 
 struct dbl_board {
-  board_slot *slot; /* SLOTS of them, shared */
+  board_file *f;
 };
 
-/* FNV-1a over the table and the name: the slot and the bit. */
+/* FNV-1a over the table and the name. */
 static uint64_t board_hash(const dblock_client *cl, const char *name) {
   uint64_t h = 1469598103934665603ULL;
   for (const unsigned char *s = (const unsigned char *)cl->table; *s; s++)
@@ -69,42 +77,48 @@ static uint64_t board_hash(const dblock_client *cl, const char *name) {
   return h;
 }
 
-static board_slot *slot_of(const dblock_client *cl, uint64_t h) {
-  return &cl->board->slot[h % SLOTS];
+static _Atomic uint32_t *word_of(const dblock_client *cl, uint64_t h) {
+  return &cl->board->f->word[h % WORDS];
 }
 
-static uint32_t bit_of(uint64_t h) { return 1u << ((h >> 40) & 31); }
+static board_hand *hand_of(const dblock_client *cl, uint64_t h) {
+  return &cl->board->f->hand[(h >> 32) % HANDS];
+}
 
 #ifdef __linux__
-/* Maps the board file (created, and grown to size, if need be). NULL when
+/* Maps the board file, created (0660, less the umask) and given its blocks
+ * if need be. Only a plain file with one name, not writable by everyone:
+ * never a symlink planted to make us scribble on another file. NULL when
  * it cannot be. */
 static struct dbl_board *board_map(const char *path) {
   struct dbl_board *b;
   struct stat st;
-  size_t size = SLOTS * sizeof(board_slot);
   void *m;
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0660);
   if (fd < 0) return NULL;
-  /* (never shrunk: two processes growing it at once both write zeros to
-   * the same size, and a mapping is only touched within the size) */
-  if (fstat(fd, &st) != 0 || ((size_t)st.st_size < size && ftruncate(fd, (off_t)size) != 0)) {
+  /* (allocated, not sparse: a store into a page that a full disk cannot
+   * back would be SIGBUS; never shrunk: two processes growing it at once
+   * both allocate the same size) */
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || (st.st_mode & 0002) ||
+      ((size_t)st.st_size < sizeof(board_file) &&
+       (errno = posix_fallocate(fd, 0, (off_t)sizeof(board_file))) != 0)) {
+    if (!errno) errno = EPERM;
     close(fd);
     return NULL;
   }
-  m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  m = mmap(NULL, sizeof(board_file), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) return NULL;
   if (!(b = malloc(sizeof *b))) {
-    munmap(m, size);
+    munmap(m, sizeof(board_file));
     return NULL;
   }
-  b->slot = m;
+  b->f = m;
   return b;
 }
 
-static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *at,
-                  uint32_t bits) {
-  return syscall(SYS_futex, (uint32_t *)w, op, val, at, NULL, bits);
+static long futex(_Atomic uint32_t *w, int op, uint32_t val, const struct timespec *at) {
+  return syscall(SYS_futex, (uint32_t *)w, op, val, at, NULL, FUTEX_BITSET_MATCH_ANY);
 }
 #endif
 
@@ -119,6 +133,7 @@ int dbl_board_possible(dblock_client *cl) {
   if (state) return state > 0;
   /* First use: open it outside the mutex; the first to finish keeps its
    * mapping. */
+  errno = 0;
   struct dbl_board *b = cl->drv->board_path(&cl->url, path, sizeof path) == 0 ? board_map(path)
                                                                             : NULL;
   int err = errno, failed = 0;
@@ -131,10 +146,10 @@ int dbl_board_possible(dblock_client *cl) {
   state = cl->board_state;
   dbl_unlock(cl);
   if (failed)
-    dbl_log(cl, DBLOCK_LOG_INFO, "the wake board '%s' cannot be opened (%s): waiters poll", path,
-            strerror(err));
+    dbl_log(cl, DBLOCK_LOG_INFO, "no wake board for '%s' (%s): waiters poll",
+            path[0] ? path : cl->url.redacted, err ? strerror(err) : "not a file on this host");
   if (b) {
-    munmap(b->slot, SLOTS * sizeof(board_slot));
+    munmap(b->f, sizeof(board_file));
     free(b);
   }
   return state > 0;
@@ -146,58 +161,66 @@ int dbl_board_possible(dblock_client *cl) {
 
 uint64_t dbl_board_hash(const dblock_client *cl, const char *name) { return board_hash(cl, name); }
 
-uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h) {
-  return atomic_load(&slot_of(cl, h)->seq);
-}
+uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h) { return atomic_load(word_of(cl, h)); }
 
 int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h) {
-  board_slot *s = slot_of(cl, h);
-  int64_t at = atomic_load(&s->handed_ms), until = at + HOLD_MS;
-  /* (two stores, read without a lock: a torn pair only misjudges one
-   * acquire's first try, never a lock) */
-  return at && until > dbl_mono_ms() && atomic_load(&s->handed) == h ? until : 0;
+  board_hand *r = hand_of(cl, h);
+  int64_t at = atomic_load(&r->at_ms), now = dbl_mono_ms();
+  /* Believed only if it is recent by this host's clock: a record left from
+   * before a reboot, or written by anyone else, holds nobody back for
+   * longer. (Two stores, read without a lock: a torn pair only misjudges
+   * one acquire's first try, never a lock.) */
+  if (at <= 0 || at > now || now - at >= HOLD_MS || atomic_load(&r->hash) != h) return 0;
+  return at + HOLD_MS;
 }
 
 int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms) {
 #ifdef __linux__
-  board_slot *s = slot_of(cl, h);
+  _Atomic uint32_t *w = word_of(cl, h);
   int64_t end = dbl_mono_ms() + ms;
-  int reg = -1;
+  int reg = -1, rc = 0;
   /* Registered, so that dblock_client_cancel can wake this sleep (a cancel
    * may come from a signal handler: it can only make a system call). */
   for (int i = 0; i < DBL_CANCEL_SLOTS && reg < 0; i++) {
     uintptr_t none = 0;
-    if (atomic_compare_exchange_strong(&cl->board_wait[i], &none, (uintptr_t)&s->seq)) reg = i;
+    if (atomic_compare_exchange_strong(&cl->board_wait[i], &none, (uintptr_t)w)) reg = i;
   }
   for (;;) {
     int64_t now = dbl_mono_ms(), until = end;
     struct timespec at;
-    if (atomic_load(&s->seq) != seen) break;
+    if (atomic_load(w) != seen) {
+      DBL_COUNT(cl, wakeups);
+      rc = 1;
+      break;
+    }
     if (now >= end || dbl_cancelled(cl)) break;
     if (reg < 0 && until > now + 20) until = now + 20; /* (unregistered: slices) */
     at.tv_sec = until / 1000;
     at.tv_nsec = (until % 1000) * 1000000;
     /* (the absolute time is CLOCK_MONOTONIC: FUTEX_WAIT_BITSET's default) */
-    futex(&s->seq, FUTEX_WAIT_BITSET, seen, &at, bit_of(h));
+    if (futex(w, FUTEX_WAIT_BITSET, seen, &at) != 0 && errno != EAGAIN && errno != EINTR &&
+        errno != ETIMEDOUT) {
+      rc = -1; /* (no futexes here: seccomp, an emulator) */
+      break;
+    }
   }
   if (reg >= 0) atomic_store(&cl->board_wait[reg], 0);
-  if (atomic_load(&s->seq) == seen) return 0;
-  DBL_COUNT(cl, wakeups);
-  return 1;
+  return rc;
 #else
   (void)cl, (void)h, (void)seen, (void)ms;
-  return 0;
+  return -1;
 #endif
 }
 
 void dbl_board_post(dblock_client *cl, uint64_t h) {
 #ifdef __linux__
-  board_slot *s = slot_of(cl, h);
+  _Atomic uint32_t *w = word_of(cl, h);
+  board_hand *r = hand_of(cl, h);
   long woke;
-  atomic_fetch_add(&s->seq, 1);
-  woke = futex(&s->seq, FUTEX_WAKE_BITSET, 1, NULL, bit_of(h));
-  atomic_store(&s->handed, h);
-  atomic_store(&s->handed_ms, woke > 0 ? dbl_mono_ms() : 0);
+  atomic_fetch_add(w, 1);
+  woke = futex(w, FUTEX_WAKE, 1, NULL);
+  atomic_store(&r->hash, h);
+  atomic_store(&r->at_ms, woke > 0 ? dbl_mono_ms() : 0);
 #else
   (void)cl, (void)h;
 #endif
@@ -206,10 +229,13 @@ void dbl_board_post(dblock_client *cl, uint64_t h) {
 void dbl_board_cancel(dblock_client *cl) {
 #ifdef __linux__
   for (int i = 0; i < DBL_CANCEL_SLOTS; i++) {
-    uintptr_t w = atomic_load(&cl->board_wait[i]);
-    /* Wakes every sleeper of the word, other processes' too: they find the
-     * counter unmoved and sleep again. */
-    if (w) futex((_Atomic uint32_t *)w, FUTEX_WAKE_BITSET, INT_MAX, NULL, ~0u);
+    _Atomic uint32_t *w = (_Atomic uint32_t *)atomic_load(&cl->board_wait[i]);
+    if (!w) continue;
+    /* Moved first, so that a waiter between its look at the flag and its
+     * sleep does not sleep (the sleep compares the word); the other
+     * sleepers of the word, other processes' too, make one spare try. */
+    atomic_fetch_add(w, 1);
+    futex(w, FUTEX_WAKE, INT_MAX, NULL);
   }
 #else
   (void)cl;
@@ -218,7 +244,7 @@ void dbl_board_cancel(dblock_client *cl) {
 
 void dbl_board_close(dblock_client *cl) {
   if (cl->board) {
-    munmap(cl->board->slot, SLOTS * sizeof(board_slot));
+    munmap(cl->board->f, sizeof(board_file));
     free(cl->board);
     cl->board = NULL;
   }

@@ -368,11 +368,12 @@ uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h);
  * that a fresh acquire queues instead of trying; 0: not lately. */
 int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h);
 /* Sleeps until the counter moves from seen (1, counted as a wake-up),
- * ms pass, or the client is cancelled (0). */
+ * ms pass, or the client is cancelled (0); -1: no futexes here (poll). */
 int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms);
 /* A release freed the name: moves the counter and wakes its oldest sleeper. */
 void dbl_board_post(dblock_client *cl, uint64_t h);
-/* Wakes this client's sleepers (dblock_client_cancel: async-signal-safe). */
+/* Wakes this client's sleepers (dblock_client_cancel: async-signal-safe,
+ * no lock, no allocation). */
 void dbl_board_cancel(dblock_client *cl);
 /* Unmaps the board (dblock_client_free). */
 void dbl_board_close(dblock_client *cl);

@@ -99,7 +99,8 @@ typedef struct queue_place {
   const char *key;
   dbl_pconn *kc;
   int has_key;
-  int untried; /* queued on the wake board before a first attempt */
+  int woken; /* the attempt follows a wake-up on the wake board, or a
+                queueing behind one untried */
 } queue_place;
 
 /* Sets up the scratch entry of a fresh (not reentrant) acquire of name by
@@ -178,7 +179,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   op->q.ticket = qp->ticket;
   op->q.fair = cl->opts.fair;
   op->q.wake_key = reentrant ? NULL : qp->key;
-  op->q.queued_untried = qp->untried;
+  op->q.board_woken = qp->woken;
   if (qp->queued) {
     int64_t alive = queue_alive_ms(cl, h);
     op->q.channel = dbl_queue_channel(cl);
@@ -310,8 +311,10 @@ typedef struct acq {
   char key[DBL_WAKE_KEY_MAX];
   int board;             /* waiters sleep on the wake board (board.c) */
   int board_looked;      /* a fresh acquire looked whether to queue first */
+  int board_woken;       /* the last board sleep ended by a wake-up */
+  int board_misses;      /* wake-ups in a row whose attempt found it busy */
   uint64_t bhash;        /* the name's board hash */
-  uint32_t bseq;         /* its slot's counter, read before the attempt */
+  uint32_t bseq;         /* its counter on the board, read before each attempt */
   dbl_err e;
 } acq;
 
@@ -431,13 +434,18 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   /* (a cancel: the loop's next look at the flag returns) */
 }
 
-/* Sleeps on the wake board (board.c) until a release of the name's slot
- * after the last attempt wakes this waiter, or until `until` (monotonic
- * ms), never past the deadline: the sleep that runs out is the poll. */
+/* Sleeps on the wake board (board.c) until a release of the name after
+ * the last attempt wakes this waiter, or until `until` (monotonic ms),
+ * never past the deadline: the sleep that runs out is the poll. Where the
+ * board fails (no futexes) this acquire polls with backoff from now on. */
 static void board_sleep(acq *a, int64_t until, int64_t deadline) {
   int64_t now = dbl_mono_ms();
+  int rc = 0;
   if (a->wait_ms > 0 && until > deadline) until = deadline;
-  if (until > now) dbl_board_wait(a->cl, a->bhash, a->bseq, until - now);
+  if (until > now && (rc = dbl_board_wait(a->cl, a->bhash, a->bseq, until - now)) < 0)
+    a->board = 0;
+  a->board_woken = rc > 0;
+  if (rc <= 0) a->board_misses = 0;
 }
 
 /* Acquire, phase 3: attempts until granted, refused or out of time.
@@ -474,14 +482,17 @@ static int acquire_wait(acq *a) {
       if (!a->board_looked && a->wait_ms != 0) {
         a->board_looked = 1;
         if ((until = dbl_board_handed_until(cl, a->bhash)) != 0) {
-          a->q.untried = 1;
           board_sleep(a, until, deadline);
+          a->q.woken = 1;
           continue;
         }
       }
+      a->q.woken = a->q.woken || a->board_woken;
     }
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->tries++;
+    if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;
+    a->q.woken = a->board_woken = 0;
     if (rc != DBLOCK_EBUSY) return rc;
     if (dbl_queue_possible(cl)) busy_seen(cl, a->hash);
     /* (a lock wait or a deadlock is no "another owner" answer: taken 0) */
@@ -504,8 +515,14 @@ static int acquire_wait(acq *a) {
       dbl_queue_sleep(cl, a->q.ticket, ms);
     } else if (a->q.key && !a->q.has_key) {
       wake_wait(a, now, deadline, &cap_ms);
-    } else if (a->board && !a->reentrant) {
+    } else if (a->board && !a->reentrant && a->board_misses < 3) {
       board_sleep(a, now + queue_alive_ms(cl, a->h) / 4, deadline);
+    } else if (a->board && !a->reentrant) {
+      /* Woken three times in a row and busy each time: the word is moved
+       * by another name's releases too (a hash shared by two names). One
+       * backoff between tries, so that this never becomes a busy loop. */
+      backoff(a, now, deadline, &cap_ms);
+      a->board_misses = 0;
     } else if (!cl->strat->pins_connection) {
       backoff(a, now, deadline, &cap_ms); /* (also the head waiter, holding the key) */
     }

@@ -105,8 +105,8 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
    * without a hint tries the CAS at any version first: it takes its
    * ticket with it. */
   if (op->q.channel && v == -1) v = VERSION_ANY;
-  /* One that queued untried has a stale hint: the name went round since. */
-  if (op->q.queued_untried && !op->reentrant) v = VERSION_ANY;
+  /* Woken on the board: the hint is stale (the name went round since). */
+  if (op->q.board_woken && !op->reentrant) v = VERSION_ANY;
   /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
    * with that one statement: reading first would cost it a second round
    * trip per poll, during which a holder that releases and re-acquires at
@@ -123,11 +123,12 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
       op->taken = 1;
       return DBLOCK_EBUSY;
     }
-    /* Every 8th poll (and the first of a call) also reads the row: it may
+    /* Every 8th poll (and the first of a call, and a try that a wake-up
+     * on the board sent) also reads the row: it may
      * have been deleted meanwhile (reaper, an insert-strategy release) and
      * need creating again, or have passed to another strategy. Reading
      * on every poll would give back the holder's edge. */
-    if (v == VERSION_ANY && op->attempt % 8 != 0) return DBLOCK_EBUSY;
+    if (v == VERSION_ANY && op->attempt % 8 != 0 && !op->q.board_woken) return DBLOCK_EBUSY;
   }
   /* A miss, or nothing known: read (creating a missing row), and CAS
    * again while the row keeps moving but stays free. */

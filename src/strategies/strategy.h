@@ -61,9 +61,11 @@ typedef struct dbl_op {
      * after a release, to all but the key's holder. NULL: no key, and
      * never refused (a reentrant hold, or no wake-ups). */
     const char *wake_key;
-    /* 1: the caller queued behind a release's wake-up without trying
-     * (src/core/board.c), so any version it knows is stale. */
-    int queued_untried;
+    /* 1: the attempt follows a wake-up on the wake board
+     * (src/core/board.c), or a queueing behind one untried: the name was
+     * just freed, so any version known is stale, and a miss is worth a
+     * look at the row (deleted meanwhile?). */
+    int board_woken;
   } q;
   dbl_err *e;
 } dbl_op;
