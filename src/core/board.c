@@ -25,8 +25,8 @@
  * waiter killed, a hash shared by two names, a holder whose lease ran out
  * without a release, a process that opened the file under another name —
  * costs a poll window, never a lock. A board that cannot be opened (a
- * read-only folder, a file that is not a plain file of ours) or a futex
- * call that fails leaves the waiters polling.
+ * read-only folder; a symlink, a file with other links or writable by
+ * everyone) or a futex call that fails leaves the waiters polling.
  */
 #include <errno.h>
 #include <fcntl.h>
