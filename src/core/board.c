@@ -66,17 +66,6 @@ struct dbl_board {
   board_file *f;
 };
 
-/* FNV-1a over the table and the name. */
-static uint64_t board_hash(const dblock_client *cl, const char *name) {
-  uint64_t h = 1469598103934665603ULL;
-  for (const unsigned char *s = (const unsigned char *)cl->table; *s; s++)
-    h = (h ^ *s) * 1099511628211ULL;
-  h = (h ^ 0xff) * 1099511628211ULL;
-  for (const unsigned char *s = (const unsigned char *)name; *s; s++)
-    h = (h ^ *s) * 1099511628211ULL;
-  return h;
-}
-
 static _Atomic uint32_t *word_of(const dblock_client *cl, uint64_t h) {
   return &cl->board->f->word[h % WORDS];
 }
@@ -127,10 +116,7 @@ int dbl_board_possible(dblock_client *cl) {
   char path[PATH_MAX + 32] = "";
   int state;
   if (cl->strat->pins_connection || !cl->drv->board_path) return 0;
-  dbl_lock(cl);
-  state = cl->board_state;
-  dbl_unlock(cl);
-  if (state) return state > 0;
+  if ((state = atomic_load(&cl->board_state)) != 0) return state > 0;
   /* First use: open it outside the mutex; the first to finish keeps its
    * mapping. */
   errno = 0;
@@ -138,12 +124,12 @@ int dbl_board_possible(dblock_client *cl) {
                                                                             : NULL;
   int err = errno, failed = 0;
   dbl_lock(cl);
-  if (!cl->board_state) {
+  if (!atomic_load(&cl->board_state)) {
     cl->board = b, b = NULL;
-    cl->board_state = cl->board ? 1 : -1;
+    atomic_store(&cl->board_state, cl->board ? 1 : -1); /* (after the pointer) */
     failed = !cl->board;
   }
-  state = cl->board_state;
+  state = atomic_load(&cl->board_state);
   dbl_unlock(cl);
   if (failed)
     dbl_log(cl, DBLOCK_LOG_INFO, "no wake board for '%s' (%s): waiters poll",
@@ -159,7 +145,10 @@ int dbl_board_possible(dblock_client *cl) {
 #endif
 }
 
-uint64_t dbl_board_hash(const dblock_client *cl, const char *name) { return board_hash(cl, name); }
+uint64_t dbl_board_hash(const dblock_client *cl, const char *name) {
+  const char *parts[2] = {cl->table, name};
+  return dbl_parts_hash(parts, 2);
+}
 
 uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h) { return atomic_load(word_of(cl, h)); }
 

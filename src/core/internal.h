@@ -152,7 +152,7 @@ struct dblock_client {
    * untried, 1 mapped, -1 cannot be: polling), and the futex words this
    * client's waiters sleep on, for dblock_client_cancel to wake. */
   struct dbl_board *board;
-  int board_state;
+  atomic_int board_state; /* (set under mu; read without it on every release) */
   _Atomic uintptr_t board_wait[DBL_CANCEL_SLOTS];
 };
 
@@ -343,6 +343,9 @@ uint64_t dbl_queue_trips(const dblock_client *cl);
  * in between (a session lock would stay with a server session that is
  * someone else's a moment later). */
 int dbl_wake_possible(const dblock_client *cl);
+/* FNV-1a over n strings, each followed by a separator (wake keys, the
+ * wake board). */
+uint64_t dbl_parts_hash(const char *const *parts, int n);
 /* The wake key of name in this client's database and table. */
 void dbl_wake_key(const dblock_client *cl, const char *name, char out[DBL_WAKE_KEY_MAX]);
 /* Waits up to ms in the server for key on *kc (borrowed first if NULL,
@@ -362,7 +365,7 @@ void dbl_wake_drop(dblock_client *cl, dbl_pconn *kc, const char *key, int held);
 int dbl_board_possible(dblock_client *cl);
 /* The board hash of name in this client's table. */
 uint64_t dbl_board_hash(const dblock_client *cl, const char *name);
-/* The counter of the name's slot: read before an attempt, waited on after. */
+/* The name's counter: read before an attempt, waited on after. */
 uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h);
 /* Until when (monotonic ms) a release of the name just woke a sleeper, so
  * that a fresh acquire queues instead of trying; 0: not lately. */

@@ -31,18 +31,22 @@ int dbl_wake_possible(const dblock_client *cl) {
          !dbl_url_param(&cl->url, "pooler");
 }
 
-/* FNV-1a over the database, the table and the name (with separators):
- * the key must fit a user lock's 64 characters, and two names that share
- * a key only share their waiters' wake-ups, never a lock. */
-void dbl_wake_key(const dblock_client *cl, const char *name, char out[DBL_WAKE_KEY_MAX]) {
-  const char *parts[3] = {cl->url.dbname ? cl->url.dbname : "", cl->table, name};
+uint64_t dbl_parts_hash(const char *const *parts, int n) {
   uint64_t h = 1469598103934665603ULL;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < n; i++) {
     for (const unsigned char *s = (const unsigned char *)parts[i]; *s; s++)
       h = (h ^ *s) * 1099511628211ULL;
     h = (h ^ 0xff) * 1099511628211ULL; /* (0xff never occurs in UTF-8) */
   }
-  snprintf(out, DBL_WAKE_KEY_MAX, "dblock-%016llx", (unsigned long long)h);
+  return h;
+}
+
+/* The hash of the database, the table and the name: the key must fit a
+ * user lock's 64 characters, and two names that share a key only share
+ * their waiters' wake-ups, never a lock. */
+void dbl_wake_key(const dblock_client *cl, const char *name, char out[DBL_WAKE_KEY_MAX]) {
+  const char *parts[3] = {cl->url.dbname ? cl->url.dbname : "", cl->table, name};
+  snprintf(out, DBL_WAKE_KEY_MAX, "dblock-%016llx", (unsigned long long)dbl_parts_hash(parts, 3));
 }
 
 int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms, int *got,
