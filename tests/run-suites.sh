@@ -8,7 +8,31 @@ passed=0
 failed=0
 failed_names=""
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$out" "$out".*' EXIT
+
+# Adds one output's cmocka tallies (a binary may run several groups) to
+# p and f; rc is the command's exit status, which fails a run whose
+# tallies say nothing failed.
+tally() { # rc file
+  p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$2" | awk '{s+=$1} END {print s+0}')
+  f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$2" | awk '{s+=$1} END {print s+0}')
+  if [ "$1" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+}
+
+# Counts p and f into the run's totals and prints the suite's line (with
+# the output's tail when something failed).
+report() { # label seconds file...
+  label=$1
+  secs=$2
+  shift 2
+  passed=$((passed + p))
+  failed=$((failed + f))
+  echo "-- $label: $p passed, $f failed ($secs s)"
+  if [ "$f" -ne 0 ]; then
+    failed_names="$failed_names $label"
+    for o in "$@"; do grep -v '^\[ RUN      \]\|^\[       OK \]' "$o" | tail -n 60; done
+  fi
+}
 
 run_suite() { # label command...
   label=$1
@@ -16,21 +40,49 @@ run_suite() { # label command...
   start=$(date +%s)
   "$@" >"$out" 2>&1
   rc=$?
-  # A binary may run several cmocka groups: add their tallies up.
-  p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
-  f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
-  p=${p:-0}
-  f=${f:-0}
-  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  tally "$rc" "$out"
   # A command without a cmocka tally (the benchmark smoke run) is one test.
   if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then p=1; fi
-  passed=$((passed + p))
-  failed=$((failed + f))
-  echo "-- $label: $p passed, $f failed ($(($(date +%s) - start)) s)"
-  if [ "$f" -ne 0 ]; then
-    failed_names="$failed_names $label"
-    grep -v '^\[ RUN      \]\|^\[       OK \]' "$out" | tail -n 60
-  fi
+  report "$label" $(($(date +%s) - start)) "$out"
+}
+
+# Runs a cmocka suite as one shard per backend side by side (the tests on
+# no backend go with SQLite's; see tu_backend_wanted): its tests mostly
+# wait out leases, clocks and idle limits, and each shard talks to its own
+# server, so the suite takes about as long as its slowest backend. A shard
+# that prints no tally at all fails.
+SHARDS="sqlite,none postgres mysql"
+run_sharded() { # label command...
+  label=$1
+  shift
+  start=$(date +%s)
+  k=0
+  pids=""
+  for s in $SHARDS; do
+    DBLOCK_TEST_BACKEND=$s "$@" >"$out.$k" 2>&1 &
+    pids="$pids $!"
+    k=$((k + 1))
+  done
+  k=0
+  sp=0
+  sf=0
+  files=""
+  for pid in $pids; do
+    wait "$pid"
+    rc=$?
+    tally "$rc" "$out.$k"
+    grep -q '^\[  PASSED  \]\|^\[  FAILED  \]' "$out.$k" || f=$((f + 1))
+    sp=$((sp + p))
+    sf=$((sf + f))
+    files="$files $out.$k"
+    k=$((k + 1))
+  done
+  p=$sp
+  f=$sf
+  # shellcheck disable=SC2086
+  report "$label" $(($(date +%s) - start)) $files
+  # shellcheck disable=SC2086
+  rm -f $files
 }
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
@@ -50,7 +102,11 @@ for tree in build build-asan build-tsan; do
     export DBLOCK_TEST_TREE="$tree"
     if [ "$tree" != build ]; then export DBLOCK_TEST_CYCLES=60 DBLOCK_TEST_BANK_ROUNDS=15
     else unset DBLOCK_TEST_CYCLES DBLOCK_TEST_BANK_ROUNDS; fi
-    run_suite "$tree/$name" "$t"
+    case "$name" in
+      test_conformance | test_faults | test_cli | test_bank | test_contention | test_reaper)
+        run_sharded "$tree/$name" "$t" ;;
+      *) run_suite "$tree/$name" "$t" ;;
+    esac
   done
 done
 if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = test_topology ]; then

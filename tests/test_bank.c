@@ -60,10 +60,11 @@ static void test_bank_postgres(void **s) { (void)s; run_demo("postgres"); }
 static void test_bank_mysql(void **s) { (void)s; run_demo("mysql"); }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {
+  struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bank_sqlite),
       cmocka_unit_test(test_bank_postgres),
       cmocka_unit_test(test_bank_mysql),
   };
-  return cmocka_run_group_tests_name("bank", tests, NULL, NULL);
+  size_t n = tu_shard_tests(tests, sizeof tests / sizeof tests[0]);
+  return _cmocka_run_group_tests("bank", tests, n, NULL, NULL);
 }

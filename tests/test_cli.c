@@ -1198,6 +1198,7 @@ int main(void) {
     const cli_test *t = &TESTS[i];
     for (int be = 0; be < 3; be++) {
       if (t->once ? be > 0 : !(t->on & (1u << be))) continue;
+      if (!tu_backend_wanted(t->once ? NULL : BACKENDS[be])) continue;
       for (int st = 0; st < (t->per_strategy ? NSTRATEGIES : 1); st++) {
         cli_case *c = &cases[n];
         if (n == MAX_CASES) {

@@ -1586,6 +1586,7 @@ int main(void) {
       snprintf(group, sizeof group, "conformance/%s/%s", b[i].name,
                dblock_strategy_name(strategies[k]));
       if (only && strcmp(only, group + strlen("conformance/")) != 0) continue;
+      if (!tu_backend_wanted(b[i].name)) continue;
       cur.backend = b[i].name;
       cur.url = b[i].url;
       cur.strategy = strategies[k];

@@ -129,7 +129,7 @@ PAIR(mysql, for_update, DBLOCK_STRATEGY_FOR_UPDATE)
 PAIR(mysql, optimistic, DBLOCK_STRATEGY_OPTIMISTIC)
 
 int main(void) {
-  const struct CMUnitTest tests[] = {
+  struct CMUnitTest tests[] = {
       cmocka_unit_test(test_contention_sqlite_insert),
       cmocka_unit_test(test_contention_sqlite_for_update),
       cmocka_unit_test(test_contention_sqlite_optimistic),
@@ -140,5 +140,6 @@ int main(void) {
       cmocka_unit_test(test_contention_mysql_for_update),
       cmocka_unit_test(test_contention_mysql_optimistic),
   };
-  return cmocka_run_group_tests_name("contention", tests, NULL, NULL);
+  size_t n = tu_shard_tests(tests, sizeof tests / sizeof tests[0]);
+  return _cmocka_run_group_tests("contention", tests, n, NULL, NULL);
 }

@@ -326,7 +326,7 @@ static void test_reaper_thread_postgres(void **s) { (void)s; reaper_thread("post
 static void test_reaper_thread_mysql(void **s) { (void)s; reaper_thread("mysql"); }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {
+  struct CMUnitTest tests[] = {
       cmocka_unit_test(test_big_pass_sqlite),       cmocka_unit_test(test_big_pass_postgres),
       cmocka_unit_test(test_big_pass_mysql),        cmocka_unit_test(test_two_reapers_sqlite),
       cmocka_unit_test(test_two_reapers_postgres),  cmocka_unit_test(test_two_reapers_mysql),
@@ -336,5 +336,6 @@ int main(void) {
       cmocka_unit_test(test_reap_skips_held_postgres),
       cmocka_unit_test(test_reap_skips_held_mysql),
   };
-  return cmocka_run_group_tests_name("reaper", tests, NULL, NULL);
+  size_t n = tu_shard_tests(tests, sizeof tests / sizeof tests[0]);
+  return _cmocka_run_group_tests("reaper", tests, n, NULL, NULL);
 }

@@ -30,6 +30,32 @@ const tu_backend *tu_backends(int *count) {
   return b;
 }
 
+int tu_backend_wanted(const char *be) {
+  const char *list = getenv("DBLOCK_TEST_BACKEND"), *p;
+  size_t len;
+  if (!list || !*list) return 1;
+  if (!be) be = "none";
+  len = strlen(be);
+  for (p = list; (p = strstr(p, be)) != NULL; p += len)
+    if ((p == list || p[-1] == ',') && (p[len] == ',' || p[len] == 0)) return 1;
+  return 0;
+}
+
+size_t tu_shard_tests(struct CMUnitTest *t, size_t n) {
+  static const char *const names[] = {"sqlite", "postgres", "mysql"};
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *be = NULL;
+    for (size_t k = 0; k < 3 && !be; k++) {
+      char tag[16];
+      snprintf(tag, sizeof tag, "_%s", names[k]);
+      if (strstr(t[i].name, tag)) be = names[k];
+    }
+    if (tu_backend_wanted(be)) t[kept++] = t[i];
+  }
+  return kept;
+}
+
 const char *tu_errmsg(dblock_client *c) {
   static _Thread_local dblock_error_info ei;
   if (c) dblock_client_last_error(c, &ei);

@@ -26,6 +26,17 @@ typedef struct tu_backend {
  * URL makes tu_backends() fail the run (never a silent skip). */
 const tu_backend *tu_backends(int *count);
 
+/* Whether this run covers backend `be` ("sqlite", "postgres", "mysql"; NULL
+ * for a test on no backend). DBLOCK_TEST_BACKEND=LIST, a comma-separated
+ * list of backend names and "none" (the backend-less tests), cuts a suite
+ * into shards that tests/run-suites.sh runs side by side: most tests wait
+ * on leases and clocks, not on the CPU. Unset, everything is covered. */
+int tu_backend_wanted(const char *be);
+/* Compacts t[0..n) to the tests tu_backend_wanted() keeps, judging each by
+ * the backend its name carries ("_sqlite", "_postgres", "_mysql"; none
+ * otherwise), in order; returns how many are left. */
+size_t tu_shard_tests(struct CMUnitTest *t, size_t n);
+
 /* Opens a client on url with strategy and table (NULL = default), lease in
  * ms (0 = default); fails the test on error. */
 dblock_client *tu_open(const char *url, dblock_strategy s, const char *table,
