@@ -184,6 +184,10 @@ static void *px_main(void *arg) {
   return NULL;
 }
 
+/* The proxies running now: a test that fails leaves its proxy running
+ * (cmocka jumps out of the test), and teardown stops it. */
+static proxy *px_running[4];
+
 static void px_start(proxy *p, int upstream) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
@@ -200,11 +204,27 @@ static void px_start(proxy *p, int upstream) {
   assert_int_equal(getsockname(p->lfd, (struct sockaddr *)&a, &len), 0);
   p->port = ntohs(a.sin_port);
   assert_int_equal(pthread_create(&p->th, NULL, px_main, p), 0);
+  for (size_t i = 0; i < sizeof px_running / sizeof px_running[0]; i++)
+    if (!px_running[i]) {
+      px_running[i] = p;
+      return;
+    }
+  fail_msg("more than 4 proxies at once");
 }
 
 static void px_stop(proxy *p) {
-  atomic_store(&p->stop, 1);
-  pthread_join(p->th, NULL);
+  for (size_t i = 0; i < sizeof px_running / sizeof px_running[0]; i++)
+    if (px_running[i] == p) {
+      px_running[i] = NULL;
+      atomic_store(&p->stop, 1);
+      pthread_join(p->th, NULL);
+    }
+}
+
+/* Stops every proxy still running (teardown). */
+static void px_stop_all(void) {
+  for (size_t i = 0; i < sizeof px_running / sizeof px_running[0]; i++)
+    if (px_running[i]) px_stop(px_running[i]);
 }
 
 /* The current backend's URL with its port replaced by the proxy's. */
@@ -523,7 +543,7 @@ static void test_server_restart(void **s) {
  * the old holder's calls say lost: it never silently takes the name back. */
 static void test_connection_cut(void **s) {
   const char *name = tu_name("cut");
-  proxy px;
+  static proxy px; /* static: a failed test's teardown still stops it */
   char url[512];
   dblock_client *a, *b = open_on(cur.url, 0), *c = open_on(cur.url, 0);
   dblock_lock *la, *lb;
@@ -583,7 +603,7 @@ static dblock_client *open_stalling(proxy *px, dblock_lost_fn cb) {
  * every 500 ms, bounded by 1 s). */
 static void test_stalled_network(void **s) {
   const char *name = tu_name("stall");
-  proxy px;
+  static proxy px; /* static: a failed test's teardown still stops it */
   dblock_client *a, *b = open_on(cur.url, 0);
   dblock_lock *la, *lb = NULL;
   int64_t t_stall, t_grant = 0, t_told, t0;
@@ -663,7 +683,7 @@ static void *taker_main(void *arg) {
 static void test_stalled_run(void **s) {
   const char *name = tu_name("stallrun");
   char url[512], cmd[2048], pidfile[256];
-  proxy px;
+  static proxy px; /* static: a failed test's teardown still stops it */
   taker t = {.name = name};
   pthread_t th;
   long apid = 0;
@@ -741,7 +761,7 @@ static void test_stalled_run(void **s) {
  * lost, once) while the other one keeps its pings and stays held. */
 static void test_one_connection_stalled(void **s) {
   const char *n1 = tu_name("stall1"), *n2 = tu_name("stall2");
-  proxy px;
+  static proxy px; /* static: a failed test's teardown still stops it */
   dblock_client *a, *b = open_on(cur.url, 0);
   dblock_lock *l1, *l2;
   dblock_lock_info i1, i2;
@@ -950,7 +970,7 @@ static void force_on_reask(int level, const char *msg, void *arg) {
  * library asks again by owner token on a fresh connection and reports the
  * true state. */
 static void test_ambiguous_outcome(void **s) {
-  proxy px;
+  static proxy px; /* static: a failed test's teardown still stops it */
   char url[512];
   dblock_client *a, *b = open_on(cur.url, 0);
   dblock_lock *la, *lb;
@@ -1284,7 +1304,7 @@ static void test_crash_after_release(void **s) {
 static void test_reacquire_after_failed_release(void **s) {
   const char *name = tu_name("relstall");
   dblock_options o = DBLOCK_OPTIONS_INIT;
-  proxy px;
+  static proxy px; /* static: a failed test's teardown still stops it */
   char url[512];
   dblock_client *a;
   dblock_lock *la;
@@ -1474,6 +1494,7 @@ static void test_sqlite_clock_step(void **s) {
 
 static int teardown(void **state) {
   (void)state;
+  px_stop_all();
   if (child > 0) {
     kill(child, SIGKILL);
     kill(child, SIGCONT);
