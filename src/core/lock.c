@@ -178,7 +178,11 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
     op->version_hint = reentrant ? h->version : hint_get(cl, hash);
   op->q.ticket = qp->ticket;
   op->q.fair = cl->opts.fair;
-  op->q.wake_key = reentrant ? NULL : qp->key;
+  /* (the key's holder is never refused: it names no key. On PostgreSQL
+   * it could not ask for itself — a shared request on its own key fails
+   * while others wait for the key behind it) */
+  op->q.wake_key = reentrant || qp->has_key ? NULL : qp->key;
+  op->q.has_key = !reentrant && qp->has_key;
   op->q.board_woken = qp->woken;
   if (qp->queued) {
     int64_t alive = queue_alive_ms(cl, h);
@@ -308,6 +312,8 @@ typedef struct acq {
   struct dbl_held *mine; /* this owner's live entry (a reentrant acquire) */
   queue_place q;         /* this call's place in the wait queue */
   int wake;              /* waiters wait for the name's wake key (wake.c) */
+  int head_busy;         /* the last attempt, with the key, found it busy */
+  int key_first;         /* waited for the key before the first attempt */
   char key[DBL_WAKE_KEY_MAX];
   int board;             /* waiters sleep on the wake board (board.c) */
   int board_looked;      /* a fresh acquire looked whether to queue first */
@@ -466,14 +472,29 @@ static int acquire_wait(acq *a) {
       if (a->wait_ms > 0 && server_wait < 1) server_wait = 1;
       if (server_wait > cl->opts.call_timeout_ms) server_wait = cl->opts.call_timeout_ms;
     }
-    /* A blocking waiter queues (and keeps its ticket) where wake-ups can
-     * reach it, and always in fair mode; a try never does. */
-    a->q.queued = a->wait_ms != 0 && !a->reentrant && dbl_queue_possible(cl) &&
+    /* A blocking waiter queues (and keeps its ticket) where notifications
+     * can reach it, and always in fair mode; a try never does. Where a
+     * wake key orders the waiters (PostgreSQL outside fair mode), only
+     * the head waiter queues: the one holding the key that still found the
+     * name held, by a holder that came without waiting and so has no key
+     * to hand over — its release notifies the ticket instead. */
+    int notified = !a->wake || (a->q.has_key && a->head_busy);
+    a->q.queued = a->wait_ms != 0 && !a->reentrant && notified && dbl_queue_possible(cl) &&
                   (a->q.ticket || cl->opts.fair ||
                    ((a->tries > 0 || busy_lately(cl, a->hash)) && dbl_queue_ready(cl, 0)));
     /* (every fresh attempt names the wake key: a free row is refused while
      * a waiter that holds it is about to take it) */
     a->q.key = a->wake && !a->reentrant ? a->key : NULL;
+    /* A blocking acquire of a name found busy lately waits for the key
+     * before its first attempt: that attempt would most likely be refused
+     * (a statement and a round trip for nothing, on a busy name), and the
+     * key's queue is the order of arrival. A free key comes at once. */
+    if (a->q.key && !a->q.has_key && a->tries == 0 && a->wait_ms != 0 && !a->key_first &&
+        busy_lately(cl, a->hash)) {
+      a->key_first = 1;
+      wake_wait(a, dbl_mono_ms(), deadline, &cap_ms);
+      continue;
+    }
     if (a->board && !a->reentrant) {
       int64_t until;
       a->bseq = dbl_board_seq(cl, a->bhash);
@@ -492,9 +513,11 @@ static int acquire_wait(acq *a) {
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->tries++;
     if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;
+    a->head_busy = rc == DBLOCK_EBUSY && a->q.has_key;
+    notified = !a->wake || (a->q.has_key && a->head_busy);
     a->q.woken = a->board_woken = 0;
     if (rc != DBLOCK_EBUSY) return rc;
-    if (dbl_queue_possible(cl)) busy_seen(cl, a->hash);
+    if (dbl_queue_possible(cl) || a->wake) busy_seen(cl, a->hash);
     /* (a lock wait or a deadlock is no "another owner" answer: taken 0) */
     if (a->reentrant && taken) {
       acquire_outer_lost(a);
@@ -503,7 +526,7 @@ static int acquire_wait(acq *a) {
     if (a->wait_ms == 0) return rc;
     now = dbl_mono_ms();
     if (a->wait_ms > 0 && now >= deadline) return DBLOCK_ETIMEOUT;
-    if (!a->q.ticket && !a->q.queued && dbl_queue_possible(cl) &&
+    if (!a->q.ticket && !a->q.queued && notified && dbl_queue_possible(cl) &&
         dbl_queue_ready(cl, a->wait_ms > 0 && deadline - now < LISTEN_WAIT_MS ? deadline - now
                                                                               : LISTEN_WAIT_MS))
       continue; /* (listening now: queue at once) */

@@ -1,7 +1,8 @@
 /*
- * wake.c — waking polling waiters where the database has named session
- * locks but no notifications (MariaDB: GET_LOCK), for insert and
- * optimistic.
+ * wake.c — waking polling waiters through named session locks, for insert
+ * and optimistic: MariaDB's GET_LOCK, and PostgreSQL's advisory locks
+ * except in fair mode (whose tickets and notifications, queue.c, order
+ * the waiters instead).
  *
  * Each name has a wake key (a user lock). A waiter whose attempt found the
  * name busy waits in the server for the key, on a connection it keeps for
@@ -28,7 +29,7 @@
 
 int dbl_wake_possible(const dblock_client *cl) {
   return !cl->strat->pins_connection && cl->defs[DBL_S_WAKE_WAIT].sql != NULL &&
-         !dbl_url_param(&cl->url, "pooler");
+         !dbl_url_param(&cl->url, "pooler") && !(cl->opts.fair && dbl_queue_possible(cl));
 }
 
 uint64_t dbl_parts_hash(const char *const *parts, int n) {
@@ -68,7 +69,10 @@ int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms
     p[0] = DBL_STR(key);
     p[1] = DBL_I64(ms * 1000);
     rc = dbl_call_check(cl, *kc, dbl_sql_run(&x, DBL_S_WAKE_WAIT, p, 2, &o, 1), e);
-    if (rc == 0) {
+    if (rc == DBLOCK_EBUSY) {
+      rc = 0; /* (PostgreSQL: the wait ran out, lock_timeout; the session goes on) */
+      memset(e, 0, sizeof *e);
+    } else if (rc == 0) {
       *got = o.res.nrows == 1 && dbl_res_i64(&o.res, 0, 0) == 1;
       dbl_res_clear(&o.res);
     }

@@ -159,7 +159,7 @@ static int to_pg(const dbl_param *p, int np, const char **vals, int *lens,
   return 0;
 }
 
-#define PG_MAX_PARAMS 40
+#define PG_MAX_PARAMS 48
 
 /* Returns the name of the prepared statement for sql, preparing it (one
  * round trip) the first time: parsing and planning dblock's statements on

@@ -27,13 +27,38 @@
   "AND q.ticket < ?::int8 AND (q.turn_until > statement_timestamp() "                \
   "OR (?::int4 = 1 AND q.alive_until > statement_timestamp())))"
 
+/* The wake key (src/core/wake.c) of a key text "dblock-" + 16 hex digits
+ * (a ?::text parameter, named twice): an advisory lock in the two-int4
+ * space, apart from applications' one-bigint keys. */
+#define PG_WAKE_KEY(p) \
+  "('x' || substr(" p ", 8, 8))::bit(32)::int4, ('x' || right(" p ", 8))::bit(32)::int4"
+
+/* Without notifications in the way, a waiter that holds the name's wake
+ * key goes next: a row freed less than 100 ms ago (a release sets
+ * renewed_at) is refused to a session while another session holds the key
+ * — the waiter the release just woke, on its way — so that a holder that
+ * releases and asks again at once queues behind the waiters instead of
+ * barging past them. Whether another session holds it: a shared lock on
+ * the key, taken for this transaction only, fails (a session's own locks
+ * never conflict with its requests, so the key's holder is not refused).
+ * Evaluated only for a row freed that recently, and bounded in time, so a
+ * key holder that stalled never keeps the name from others for longer. A
+ * lease that ran out is not refused; NULL key (a reentrant hold, fair
+ * mode, no wake-ups) never; nor a row never held (renewed_at NULL).
+ * Only a liveness rule: exclusion stays with the row. Logical parameter:
+ * the key, three times. */
+#define WAKE_REFUSED_PG                                                                \
+  "COALESCE(l.state = 0 AND l.renewed_at > statement_timestamp() - "                  \
+  "interval '100 milliseconds' AND ?::text IS NOT NULL AND NOT "                      \
+  "pg_try_advisory_xact_lock_shared(" PG_WAKE_KEY("?::text") "), false)"
+
 /* The row is this owner's live hold (a reentrant acquire; a row it left
- * behind is taken afresh), or free or expired and nobody is ahead in the
- * queue. */
+ * behind is taken afresh), or free or expired, nobody is ahead in the
+ * queue and no woken waiter is on its way to it. */
 #define TAKEABLE_PG(tok, thr)                                                          \
   "((l.state = 1 AND l.expires_at > statement_timestamp() AND l.owner_token = " tok   \
   " AND l.owner_thread = " thr ") OR ((l.state = 0 OR l.expires_at <= "                \
-  "statement_timestamp()) AND " QUEUE_GUARD_PG "))"
+  "statement_timestamp()) AND " QUEUE_GUARD_PG " AND NOT " WAKE_REFUSED_PG "))"
 
 /* (The NOT EXISTS reads the row as of the statement's start and skips the
  * INSERT when the row visibly keeps the caller out: ON CONFLICT DO UPDATE
@@ -41,7 +66,10 @@
  * lock is a WAL record, so every busy poll would cost a flushed commit —
  * and hold the row against the waiter the name was just handed to. When
  * it lets the INSERT through, the DO UPDATE's WHERE decides on the
- * newest row as before.) */
+ * newest row as before. The wake key's holder (logical parameter 10)
+ * skips it: the release that handed it the key gives it up before its
+ * commit, which this statement's snapshot may not see yet, while the DO
+ * UPDATE waits for that commit on the row.) */
 #define INSERT_ACQUIRE_BODY                                                            \
     "INSERT INTO ${schema}.${table} AS l (name, strategy, state, version, "            \
     "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "            \
@@ -49,7 +77,8 @@
     "SELECT ?, 'insert', 1, 1, ?, ?::int8, ?::int8, ?, 1, "                             \
     DBL_PG_NEXT_FENCE ", statement_timestamp(), "                                      \
     "statement_timestamp(), statement_timestamp() + ?::int8 * interval '1 microsecond' " \
-    "WHERE NOT EXISTS (SELECT 1 FROM ${schema}.${table} AS l WHERE l.name = ? AND NOT "  \
+    "WHERE ?::int4 = 1 OR NOT EXISTS (SELECT 1 FROM ${schema}.${table} AS l "         \
+    "WHERE l.name = ? AND NOT "                                                        \
     TAKEABLE_PG("?", "?::int8") ") "                                                   \
     "ON CONFLICT (name) DO UPDATE SET "                                                \
     "hold_count = CASE WHEN l.state = 1 AND l.expires_at > statement_timestamp() "     \
@@ -126,13 +155,20 @@ static const char INSERT_QUEUED[] =
 #define NEXT_TURN_PG                                                                   \
   "(w.turn_until IS NULL OR w.turn_until > statement_timestamp()) "                    \
   "AND w.alive_until > statement_timestamp()"
+/* A release that holds the name's wake key (logical parameter 4, three
+ * times; NULL: none) gives it up in the same statement, once the row
+ * matched: the oldest waiter for the key gets it at once, and its grant,
+ * on its way while this commit completes, waits for it on the row lock.
+ * renewed_at: when the row was freed (see WAKE_REFUSED_PG). */
 #define HAND_OFF_PG(upd)                                                               \
   upd " RETURNING version, CASE WHEN EXISTS (SELECT 1 FROM ${schema}.${table}_queue q "   \
   "WHERE q.name = ${table}.name) THEN ${schema}.${table}_hand_off(name) END, "          \
-  "set_config('synchronous_commit', 'off', true)"
+  "set_config('synchronous_commit', 'off', true), CASE WHEN ?::text IS NOT NULL THEN "   \
+  "pg_advisory_unlock(" PG_WAKE_KEY("?::text") ") END"
 
 static const char INSERT_FREE[] = HAND_OFF_PG(
-    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "renewed_at = statement_timestamp() "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ?::int8 AND fence = ?::int8 "
     "AND state = 1");
 
@@ -172,7 +208,8 @@ static const char OPT_CREATE[] =
  * index writes). A free row's old expiry only tells the reaper when it may
  * delete it. */
 static const char OPT_FREE[] = HAND_OFF_PG(
-    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1 "
+    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1, "
+    "renewed_at = statement_timestamp() "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ?::int8 "
     "AND fence = ?::int8 AND state = 1");
 
@@ -209,6 +246,16 @@ static const char QUEUE_LEAVE[] =
     "RETURNING CASE WHEN q.channel <> '' THEN pg_notify(q.channel, q.ticket::text) END, "
     "set_config('synchronous_commit', 'off', true)) "
     "SELECT (SELECT count(*) FROM n) FROM x";
+/* The wake key: wait up to the given µs for it (its lock_timeout is this
+ * statement's transaction's alone; the CTE runs first because the lock's
+ * arguments come from it). Answers one row (1) when it got the key; a
+ * wait that ran out fails with 55P03 (busy). Params: key, µs. */
+static const char WAKE_WAIT[] =
+    "WITH t (s, a, b) AS MATERIALIZED (SELECT set_config('lock_timeout', "
+    "GREATEST(1, ?::int8 / 1000)::text, true), " PG_WAKE_KEY("?::text") ") "
+    "SELECT 1, pg_advisory_lock(t.a, t.b) FROM t";
+static const char WAKE_DROP[] = "SELECT pg_advisory_unlock(" PG_WAKE_KEY("?::text") ")";
+
 /* Dead tickets (their waiter stopped refreshing them). Params: grace µs. */
 static const char QUEUE_REAP[] =
     "DELETE FROM ${schema}.${table}_queue WHERE alive_until < statement_timestamp() "
@@ -324,13 +371,13 @@ static const char EPOCH_VOUCH[] =
     "ON CONFLICT (id) DO UPDATE SET epoch = GREATEST(${table}_alive.epoch, excluded.epoch)";
 
 const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
-    [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "0123450437866678", 1, {0, 1, 2, 3}},
-    [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "01234504378666789b0bdca9bc9b43780", 1, {0, 1, 2, 3}},
-    [DBL_S_INSERT_FREE] = {INSERT_FREE, "0123", 1, DBL_OUT_VERSION(0)},
-    [DBL_S_OPT_FREE] = {OPT_FREE, "0123", 1, DBL_OUT_VERSION(0)},
-    [DBL_S_OPT_CAS] = {OPT_CAS, "012012012341056770189", 1, {0, 1, 2, 3}},
-    [DBL_S_OPT_QUEUED] = {OPT_QUEUED, "012012012341056770189ac6cedbacdac01896", 1, {0, 1, 2, 3}},
-    [DBL_S_OPT_READ] = {OPT_READ, "01342", 1, DBL_OUT_NONE},
+    [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "012345a0437899966678999", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "012345f04378eee66678eee9b0bdca9bc9b4378eee0", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_FREE] = {INSERT_FREE, "0123444", 1, DBL_OUT_VERSION(0)},
+    [DBL_S_OPT_FREE] = {OPT_FREE, "0123444", 1, DBL_OUT_VERSION(0)},
+    [DBL_S_OPT_CAS] = {OPT_CAS, "012012012341056770189aaa", 1, {0, 1, 2, 3}},
+    [DBL_S_OPT_QUEUED] = {OPT_QUEUED, "012012012341056770189fffac6cedbacdac0189fff6", 1, {0, 1, 2, 3}},
+    [DBL_S_OPT_READ] = {OPT_READ, "01345552", 1, DBL_OUT_NONE},
     [DBL_S_OPT_CREATE] = {OPT_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_CREATE] = {FU_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_TAKE] = {FU_TAKE, NULL, 1, {0, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
@@ -354,6 +401,8 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_SERVER_NOW] = {NULL, NULL, 0, DBL_OUT_NONE}, /* RETURNING gives the expiry */
     [DBL_S_QUEUE_LEAVE] = {QUEUE_LEAVE, NULL, 1, DBL_OUT_NONE},
     [DBL_S_QUEUE_REAP] = {QUEUE_REAP, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_WAKE_WAIT] = {WAKE_WAIT, "100", 1, DBL_OUT_NONE},
+    [DBL_S_WAKE_DROP] = {WAKE_DROP, "00", 0, DBL_OUT_NONE},
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_LIST] = {MIG_LIST, NULL, 1, DBL_OUT_NONE},
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},

@@ -7,7 +7,7 @@
 
 #include "stmt.h"
 
-#define MAX_BIND 40
+#define MAX_BIND 48
 
 /* The positional parameters of statement d: lp as is, or as d->bind
  * orders them (into p; '0'-'9' name parameters 0-9, 'a'-'z' 10-35). Returns the array to send; *n its length. */

@@ -23,7 +23,7 @@
 #include "lease.h"
 
 static int insert_acquire(dbl_op *op, int64_t wait_ms) {
-  dbl_param p[15];
+  dbl_param p[7 + DBL_QUEUE_PARAMS];
   dbl_out o;
   char row[16] = "";
   int rc, other, n, queued = op->q.channel != NULL;

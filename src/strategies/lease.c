@@ -116,7 +116,8 @@ int dbl_queue_params(const dbl_op *op, dbl_param *p) {
     n = 7;
   }
   p[n] = dbl_wake_key_param(op);
-  return n + 1;
+  p[n + 1] = DBL_I64(op->q.has_key);
+  return n + 2;
 }
 
 dbl_param dbl_wake_key_param(const dbl_op *op) {

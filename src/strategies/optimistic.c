@@ -27,7 +27,7 @@
  * row matched), or an error. A queued CAS (op->q.channel) also names the
  * row's strategy in row ("" when there is no row). */
 static int cas(dbl_op *op, int64_t v, char *row, size_t size) {
-  dbl_param p[16];
+  dbl_param p[8 + DBL_QUEUE_PARAMS];
   dbl_out o;
   int rc, n, queued = op->q.channel != NULL;
   p[0] = DBL_STR(op->token);
@@ -59,7 +59,7 @@ static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
   p[1] = DBL_I64(op->thread);
   p[2] = DBL_TEXT(op->name, op->name_len);
   {
-    dbl_param qp[8];
+    dbl_param qp[DBL_QUEUE_PARAMS];
     dbl_queue_params(op, qp); /* (the first two: who is ahead of us) */
     p[3] = qp[0];
     p[4] = qp[1];
@@ -105,8 +105,10 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
    * without a hint tries the CAS at any version first: it takes its
    * ticket with it. */
   if (op->q.channel && v == -1) v = VERSION_ANY;
-  /* Woken on the board: the hint is stale (the name went round since). */
-  if (op->q.board_woken && !op->reentrant) v = VERSION_ANY;
+  /* Woken on the board, or holding the wake key (handed over by a
+   * release): the hint is stale (the name went round since). */
+  int woken = (op->q.board_woken || op->q.has_key) && !op->reentrant;
+  if (woken) v = VERSION_ANY;
   /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
    * with that one statement: reading first would cost it a second round
    * trip per poll, during which a holder that releases and re-acquires at
@@ -124,11 +126,11 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
       return DBLOCK_EBUSY;
     }
     /* Every 8th poll (and the first of a call, and a try that a wake-up
-     * on the board sent) also reads the row: it may
+     * sent) also reads the row: it may
      * have been deleted meanwhile (reaper, an insert-strategy release) and
      * need creating again, or have passed to another strategy. Reading
      * on every poll would give back the holder's edge. */
-    if (v == VERSION_ANY && op->attempt % 8 != 0 && !op->q.board_woken) return DBLOCK_EBUSY;
+    if (v == VERSION_ANY && op->attempt % 8 != 0 && !woken) return DBLOCK_EBUSY;
   }
   /* A miss, or nothing known: read (creating a missing row), and CAS
    * again while the row keeps moving but stays free. */

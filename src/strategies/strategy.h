@@ -59,8 +59,13 @@ typedef struct dbl_op {
     int kept_out;
     /* The name's wake key (src/core/wake.c): a free row is refused, just
      * after a release, to all but the key's holder. NULL: no key, and
-     * never refused (a reentrant hold, or no wake-ups). */
+     * never refused (a reentrant hold, no wake-ups, or the key's holder). */
     const char *wake_key;
+    /* 1: the attempt runs on the session that holds the wake key, woken
+     * by a release that may not be visible to its snapshot yet: it skips
+     * the look at the row that spares busy polls a row lock, and waits on
+     * the row instead (PostgreSQL's insert). */
+    int has_key;
     /* 1: the attempt follows a wake-up on the wake board
      * (src/core/board.c), or a queueing behind one untried: the name was
      * just freed, so any version known is stale, and a miss is worth a
