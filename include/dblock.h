@@ -275,10 +275,10 @@ typedef struct dblock_stats {
   uint64_t disconnects;      /* connections dropped as broken or cut */
   uint64_t wait_ms[DBLOCK_STATS_WAIT_BUCKETS]; /* grants by wait time */
   uint64_t wait_ms_sum;      /* total wait of all grants, ms */
-  uint64_t wakeups;          /* waiters woken by a release's notification
-                                (PostgreSQL), given the name's wake key
-                                (MariaDB), or woken on the wake board
-                                (SQLite); insert and optimistic */
+  uint64_t wakeups;          /* waiters given the name's wake key
+                                (PostgreSQL, MariaDB), woken by a release's
+                                notification (PostgreSQL), or woken on the
+                                wake board (SQLite); insert and optimistic */
 } dblock_stats;
 
 /* Copies the client's counters into *out; size is sizeof(dblock_stats) as
