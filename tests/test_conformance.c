@@ -1386,6 +1386,101 @@ static void test_stalled_key_holder(void **s) {
   dblock_client_free(c);
 }
 
+/* Looks, 600 ms in, how many sessions wait for an advisory lock (a wake
+ * key) on the test's PostgreSQL, then releases r->l at 800 ms. */
+typedef struct key_look {
+  later_release r;
+  int64_t waiting;
+} key_look;
+
+static void *look_then_release(void *arg) {
+  key_look *k = arg;
+  tu_sleep_ms(600);
+  tu_sql(cur.url, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+         &k->waiting);
+  tu_sleep_ms(200);
+  dblock_lock_release(k->r.l);
+  return NULL;
+}
+
+/* PostgreSQL: a hold granted after waiting keeps the name's wake key on
+ * its connection. Force-unlocked and taken by c, then asked for again by
+ * its owner (a reentrant acquire that finds the hold gone), it hands that
+ * key to the new acquire — which would otherwise wait, window after
+ * window, for the key its own lost entry keeps: 600 ms in, no session
+ * waits for a wake key (it once did: the new acquire's), and the grant
+ * follows c's release at once. */
+static void test_lost_hold_hands_its_key_on(void **s) {
+  dblock_client *a, *b, *c;
+  const char *name = tu_name("lostkey");
+  dblock_lock *l, *l2 = NULL;
+  key_look k = {.waiting = -1};
+  pthread_t th;
+  int64_t t_rel;
+  (void)s;
+  if (!wakes_by_key() || !is("postgres")) return;
+  a = cli(0);
+  b = cli(0);
+  c = cli(0);
+  l = acquire_after_waiting(a, name);
+  assert_int_equal(dblock_force_unlock(b, name, NULL), 0);
+  tu_sleep_ms(150); /* (a freed row is refused to others for 100 ms while a's key is held) */
+  k.r.l = tu_acquire(c, name, 0, 0);
+  t_rel = tu_now_ms() + 800;
+  assert_int_equal(pthread_create(&th, NULL, look_then_release, &k), 0);
+  assert_int_equal(dblock_lock_acquire(&l2, a, name, 5000, 0), 0);
+  pthread_join(th, NULL);
+  print_message("lost hold %s/%s: %lld sessions waiting for a key; granted %lld ms after "
+                "the release\n", cur.backend, dblock_strategy_name(cur.strategy),
+                (long long)k.waiting, (long long)(tu_now_ms() - t_rel));
+  assert_int_equal(k.waiting, 0);
+  assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  must_release(l2);
+  dblock_client_free(a);
+  dblock_client_free(b);
+  dblock_client_free(c);
+}
+
+/* PostgreSQL: a head waiter — it holds the name's wake key, behind a
+ * holder that came without waiting — polls (every 250 ms) with a look at
+ * the row first, so a busy poll locks nothing: the held row's xmax (the
+ * last locker's transaction) does not move between two looks 700 ms
+ * apart. Only the first attempt after the key came skips that look (a
+ * release may have handed the key over before its commit). It once
+ * skipped it on every poll: each poll locked the held row, a flushed
+ * commit that also held up the holder's renewal and release. */
+static void test_head_waiter_polls_lock_nothing(void **s) {
+  char name[128], sql[512];
+  dblock_client *a, *b;
+  dblock_lock *l;
+  waiter w = {.rc = -99};
+  pthread_t th;
+  int64_t x1 = -1, x2 = -2;
+  (void)s;
+  if (!wakes_by_key() || !is("postgres")) return;
+  a = cli(0);
+  b = cli_queue(0, 0);
+  snprintf(name, sizeof name, "%s", tu_name("head-polls"));
+  l = tu_acquire(a, name, 0, 0);
+  w.c = b;
+  w.name = name;
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
+  snprintf(sql, sizeof sql, "SELECT xmax::text::int8 FROM %s WHERE name = '%s'", cur.table, name);
+  tu_sleep_ms(400); /* (b: busy, the key, busy again: the head waiter) */
+  tu_sql(cur.url, sql, &x1);
+  tu_sleep_ms(700); /* (two or three polls) */
+  tu_sql(cur.url, sql, &x2);
+  must_release(l);
+  pthread_join(th, NULL);
+  assert_int_equal(w.rc, 0);
+  print_message("head waiter %s/%s: xmax %lld then %lld\n", cur.backend,
+                dblock_strategy_name(cur.strategy), (long long)x1, (long long)x2);
+  if (x1 != x2) fail_msg("the head waiter's polls locked the held row (xmax %lld -> %lld)",
+                         (long long)x1, (long long)x2);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
 /* SQLite: the wake board is a file next to the database that every
  * process using it writes. A symlink planted under its name (here to a
  * file the test owns) is refused: the waiters poll — the waiter is still
@@ -1578,6 +1673,8 @@ int main(void) {
       cmocka_unit_test(test_fair_mode),
       cmocka_unit_test(test_stalled_listener_falls_back_to_polling),
       cmocka_unit_test(test_stalled_key_holder),
+      cmocka_unit_test(test_head_waiter_polls_lock_nothing),
+      cmocka_unit_test(test_lost_hold_hands_its_key_on),
       cmocka_unit_test(test_regrant_after_force_unlock),
       cmocka_unit_test(test_board_refuses_symlink),
       cmocka_unit_test(test_for_update_grant_is_not_flushed),

@@ -99,6 +99,7 @@ typedef struct queue_place {
   const char *key;
   dbl_pconn *kc;
   int has_key;
+  int key_fresh; /* the key came since the last attempt (one attempt) */
   int woken; /* the attempt follows a wake-up on the wake board, or a
                 queueing behind one untried */
 } queue_place;
@@ -182,7 +183,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
    * it could not ask for itself — a shared request on its own key fails
    * while others wait for the key behind it) */
   op->q.wake_key = reentrant || qp->has_key ? NULL : qp->key;
-  op->q.has_key = !reentrant && qp->has_key;
+  op->q.has_key = !reentrant && qp->has_key && qp->key_fresh;
   op->q.board_woken = qp->woken;
   if (qp->queued) {
     int64_t alive = queue_alive_ms(cl, h);
@@ -391,10 +392,22 @@ static int acquire_enter(acq *a, struct dbl_held **local) {
  * which would keep the watchdog off it. */
 static void acquire_outer_lost(acq *a) {
   dblock_client *cl = a->cl;
+  dbl_pconn *kc;
   dbl_mark_lost(cl, a->mine);
   dbl_lock(cl);
+  /* A hold granted after waiting still holds the name's wake key on its
+   * connection: it goes on with this acquire (which would otherwise wait
+   * for the key its own lost entry keeps, window after window). */
+  kc = a->mine->keyconn;
+  a->mine->keyconn = NULL;
   unclaim(cl, a->mine);
   dbl_unlock(cl);
+  if (kc && !a->q.kc) {
+    a->q.kc = kc;
+    a->q.has_key = 1;
+  } else if (kc) {
+    dbl_pool_discard(cl, kc); /* (closing ends its session, and the key) */
+  }
   a->mine = NULL;
   a->reentrant = 0;
   a->tries = 0; /* (a fresh acquire: its first attempt says "another strategy") */
@@ -430,6 +443,7 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   int rc;
   if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
   rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->e);
+  a->q.key_fresh = a->q.has_key;
   if (rc != 0 && rc != DBLOCK_ECANCELED) {
     dbl_log(cl, DBLOCK_LOG_INFO, "lock '%s': waiting for its wake key failed (%s); polling",
             a->name, a->e.msg);
@@ -512,6 +526,7 @@ static int acquire_wait(acq *a) {
     }
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->tries++;
+    a->q.key_fresh = 0;
     if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;
     a->head_busy = rc == DBLOCK_EBUSY && a->q.has_key;
     notified = !a->wake || (a->q.has_key && a->head_busy);

@@ -66,10 +66,12 @@
  * lock is a WAL record, so every busy poll would cost a flushed commit —
  * and hold the row against the waiter the name was just handed to. When
  * it lets the INSERT through, the DO UPDATE's WHERE decides on the
- * newest row as before. The wake key's holder (logical parameter 10)
- * skips it: the release that handed it the key gives it up before its
- * commit, which this statement's snapshot may not see yet, while the DO
- * UPDATE waits for that commit on the row.) */
+ * newest row as before. The first attempt after a release handed the
+ * wake key over (the logical parameter after the key) skips it: that
+ * release gives the key up before its commit, which this statement's
+ * snapshot may not see yet, while the DO UPDATE waits for that commit on
+ * the row. Later attempts of a key holder that found the name held — the
+ * head waiter — read first again.) */
 #define INSERT_ACQUIRE_BODY                                                            \
     "INSERT INTO ${schema}.${table} AS l (name, strategy, state, version, "            \
     "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "            \

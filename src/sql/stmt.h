@@ -31,15 +31,17 @@
 
 typedef enum dbl_sid {
   /* insert strategy. Params: name, host, pid, thread, token, lease µs,
-   * reentrant flag, then the queue's two (below) and the wake key (NULL:
-   * none; see WAKE_WAIT). Out: the grant. Count 0 = busy. */
+   * reentrant flag, then the queue's two (below), the wake key (NULL:
+   * none; see WAKE_WAIT) and whether the caller was just handed it (0/1:
+   * PostgreSQL then waits on the row rather than reading it first). Out:
+   * the grant. Count 0 = busy. */
   DBL_S_INSERT_ACQUIRE,
   /* The same for a blocking waiter, with its place in the wait queue
    * (only where the dialect has one, see queue.c). Params: INSERT_ACQUIRE's,
    * then the caller's ticket or INT64_MAX and the fair flag (these two
    * also for INSERT_ACQUIRE), then the ticket (0: none), join flag, the
-   * client's notification channel, alive window µs, turn length µs, and
-   * the wake key. Out:
+   * client's notification channel, alive window µs, turn length µs, the
+   * wake key and the just-handed flag. Out:
    * the grant, or (busy) one row: column 4 the ticket, 5 the row's
    * strategy, 6 whether the row keeps the caller out (see OPT_READ). */
   DBL_S_INSERT_QUEUED,
@@ -51,7 +53,8 @@ typedef enum dbl_sid {
   DBL_S_OPT_FREE,
   /* optimistic compare-and-set. Params: token, thread, reentrant flag,
    * host, pid, lease µs, name, version (-2: any), then as INSERT_ACQUIRE
-   * the queue's two and the wake key. Out: the grant. */
+   * the queue's two, the wake key and the just-handed flag. Out: the
+   * grant. */
   DBL_S_OPT_CAS,
   /* (with the queue parameters as for INSERT_QUEUED after version: before,
    * fair for both; ticket, join, channel, alive, turn for QUEUED) */
@@ -136,8 +139,10 @@ typedef enum dbl_sid {
   DBL_S_EPOCH_READ,
   DBL_S_REAP_PICK,
   /* The wake key (src/core/wake.c), where the server has named session
-   * locks and no notifications (MariaDB): WAIT (params: key, µs; column:
-   * 1 got it, 0 the wait ran out) and DROP (params: key). NULL: none. */
+   * locks (MariaDB's user locks, PostgreSQL's advisory locks): WAIT
+   * (params: key, µs; column 0: 1 got it, 0 the wait ran out — or, on
+   * PostgreSQL, no row and a busy error, lock_timeout) and DROP (params:
+   * key). NULL: none. */
   DBL_S_WAKE_WAIT,
   DBL_S_WAKE_DROP,
   DBL_S_COUNT

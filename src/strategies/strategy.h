@@ -61,10 +61,11 @@ typedef struct dbl_op {
      * after a release, to all but the key's holder. NULL: no key, and
      * never refused (a reentrant hold, no wake-ups, or the key's holder). */
     const char *wake_key;
-    /* 1: the attempt runs on the session that holds the wake key, woken
-     * by a release that may not be visible to its snapshot yet: it skips
-     * the look at the row that spares busy polls a row lock, and waits on
-     * the row instead (PostgreSQL's insert). */
+    /* 1: the first attempt on the session just handed the wake key,
+     * woken by a release that may not be visible to its snapshot yet: it
+     * skips the look at the row that spares busy polls a row lock, and
+     * waits on the row instead (PostgreSQL's insert); optimistic takes the
+     * row at any version and reads it on a miss. */
     int has_key;
     /* 1: the attempt follows a wake-up on the wake board
      * (src/core/board.c), or a queueing behind one untried: the name was
