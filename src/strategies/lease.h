@@ -32,8 +32,9 @@ void dbl_owner_params(const dbl_op *op, dbl_param *p);
 int64_t dbl_estimate_expiry(const dbl_op *op);
 /* Appends the wait queue's logical parameters to an acquire statement's
  * (stmt.h: before-ticket and fair; with op->q.channel also ticket, join,
- * channel, alive, turn; then the wake key and whether this session holds
- * it) and returns how many: p needs room for DBL_QUEUE_PARAMS. */
+ * channel, alive, turn; then the wake key and whether the key was just
+ * handed to this session, op->q.has_key) and returns how many: p needs
+ * room for DBL_QUEUE_PARAMS. */
 #define DBL_QUEUE_PARAMS 9
 int dbl_queue_params(const dbl_op *op, dbl_param *p);
 /* The wake key as a parameter (SQL NULL when op has none). */

@@ -105,8 +105,8 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
    * without a hint tries the CAS at any version first: it takes its
    * ticket with it. */
   if (op->q.channel && v == -1) v = VERSION_ANY;
-  /* Woken on the board, or holding the wake key (handed over by a
-   * release): the hint is stale (the name went round since). */
+  /* Woken on the board, or just handed the wake key by a release: the
+   * hint is stale (the name went round since). */
   int woken = (op->q.board_woken || op->q.has_key) && !op->reentrant;
   if (woken) v = VERSION_ANY;
   /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
