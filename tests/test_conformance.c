@@ -1386,6 +1386,44 @@ static void test_stalled_key_holder(void **s) {
   dblock_client_free(c);
 }
 
+/* PostgreSQL: 60 threads of one client wait for one name. At most 32 of
+ * them wait for its wake key, each on a server session of its own; the
+ * others wait with tickets, on borrowed connections. So, 800 ms in, the
+ * database has well under 60 sessions (it had 60 and more: a crowd of
+ * waiters could take every connection the server allows, and a holder
+ * that cannot connect cannot renew) — and every waiter is granted once
+ * the holder lets go. */
+static void test_key_waiters_capped(void **s) {
+  enum { N = 60 };
+  char name[128];
+  dblock_client *a, *b;
+  dblock_lock *l;
+  waiter w[N];
+  pthread_t th[N];
+  int64_t sessions = -1;
+  (void)s;
+  if (!wakes_by_key() || !is("postgres")) return;
+  a = cli(0);
+  b = cli(0);
+  snprintf(name, sizeof name, "%s", tu_name("crowd"));
+  l = tu_acquire(a, name, 0, 0);
+  for (int i = 0; i < N; i++) {
+    w[i] = (waiter){.c = b, .name = name, .rc = -99, .wait_ms = 20000};
+    assert_int_equal(pthread_create(&th[i], NULL, blocking_waiter, &w[i]), 0);
+  }
+  tu_sleep_ms(800);
+  tu_sql(cur.url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                  "AND pid <> pg_backend_pid()", &sessions);
+  must_release(l);
+  for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+  print_message("%d waiters %s/%s: %lld sessions while they waited\n", N, cur.backend,
+                dblock_strategy_name(cur.strategy), (long long)sessions);
+  for (int i = 0; i < N; i++) assert_int_equal(w[i].rc, 0);
+  if (sessions > 54) fail_msg("%lld sessions for %d waiters of one client", (long long)sessions, N);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
 /* Looks, 600 ms in, how many sessions wait for an advisory lock (a wake
  * key) on the test's PostgreSQL, then releases r->l at 800 ms. */
 typedef struct key_look {
@@ -1675,6 +1713,7 @@ int main(void) {
       cmocka_unit_test(test_stalled_key_holder),
       cmocka_unit_test(test_head_waiter_polls_lock_nothing),
       cmocka_unit_test(test_lost_hold_hands_its_key_on),
+      cmocka_unit_test(test_key_waiters_capped),
       cmocka_unit_test(test_regrant_after_force_unlock),
       cmocka_unit_test(test_board_refuses_symlink),
       cmocka_unit_test(test_for_update_grant_is_not_flushed),

@@ -111,6 +111,8 @@ struct dblock_client {
   struct { uint64_t hash; int64_t version; } vcache[1024]; /* optimistic hints */
   struct { uint64_t hash; int64_t at_ms; } busy_hint[256]; /* names found busy
                                                   lately (lock.c: who queues) */
+  int key_waiters; /* acquires waiting on a connection of their own for a
+                      wake key (wake.c; at most DBL_KEY_WAITERS_MAX) */
   int closing;
   int watchdog_started, reaper_started;
   pthread_t watchdog, reaper;
@@ -338,6 +340,12 @@ uint64_t dbl_queue_trips(const dblock_client *cl);
 
 /* ---- the wake key (wake.c) ---- */
 #define DBL_WAKE_KEY_MAX 32
+/* How many acquires of one client may wait for a wake key at once, each
+ * on a server session of its own: more would spend the server's
+ * connections (max_connections), and a holder that cannot connect cannot
+ * renew. The others wait as where there is no key (PostgreSQL: a ticket
+ * and a notification; MariaDB: polling). */
+#define DBL_KEY_WAITERS_MAX 32
 /* 1 if waiters of this client wait in the server for the name's wake key:
  * the dialect has one, the strategy polls, and no transaction pooler sits
  * in between (a session lock would stay with a server session that is

@@ -314,6 +314,7 @@ typedef struct acq {
   queue_place q;         /* this call's place in the wait queue */
   int wake;              /* waiters wait for the name's wake key (wake.c) */
   int head_busy;         /* the last attempt, with the key, found it busy */
+  int key_seat;          /* counted in cl->key_waiters (until the end) */
   int key_first;         /* waited for the key before the first attempt */
   char key[DBL_WAKE_KEY_MAX];
   int board;             /* waiters sleep on the wake board (board.c) */
@@ -441,6 +442,18 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   dblock_client *cl = a->cl;
   int64_t ms = queue_alive_ms(cl, a->h) / 4;
   int rc;
+  /* A seat among the client's key waiters, taken once per acquire; none
+   * left: wait without the key from now on. */
+  if (!a->key_seat && !a->q.kc) {
+    dbl_lock(cl);
+    if (cl->key_waiters < DBL_KEY_WAITERS_MAX) a->key_seat = ++cl->key_waiters > 0;
+    dbl_unlock(cl);
+    if (!a->key_seat) {
+      a->wake = 0;
+      a->q.key = NULL;
+      return; /* (the loop's next attempt comes at once, and queues) */
+    }
+  }
   if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
   rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->e);
   a->q.key_fresh = a->q.has_key;
@@ -680,6 +693,11 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
      * and its wake key with it) */
     if (a.q.ticket) dbl_queue_leave(cl, a.q.ticket);
     dbl_wake_drop(cl, a.q.kc, a.key, a.q.has_key);
+    if (a.key_seat) {
+      dbl_lock(cl);
+      cl->key_waiters--;
+      dbl_unlock(cl);
+    }
     dbl_lock(cl);
     if (rc != 0) rc = acquire_fail(&a, rc);
     else local = acquire_publish(&a), a.h = NULL;
