@@ -391,6 +391,14 @@ static int acquire_enter(acq *a, struct dbl_held **local) {
  * letting go of the claim, so no release can free the entry meanwhile)
  * and go on as a fresh acquire — never wait with the outer entry claimed,
  * which would keep the watchdog off it. */
+/* 1 if a wake-key connection that sat idle for a whole hold can still be
+ * used: not cut, not broken, and not closed by the server meanwhile (its
+ * key went with its session then). */
+static int keyconn_usable(dblock_client *cl, dbl_pconn *kc) {
+  return !kc->interrupted && !cl->drv->broken(kc->c) &&
+         (!cl->drv->idle_alive || cl->drv->idle_alive(kc->c));
+}
+
 static void acquire_outer_lost(acq *a) {
   dblock_client *cl = a->cl;
   dbl_pconn *kc;
@@ -398,12 +406,14 @@ static void acquire_outer_lost(acq *a) {
   dbl_lock(cl);
   /* A hold granted after waiting still holds the name's wake key on its
    * connection: it goes on with this acquire (which would otherwise wait
-   * for the key its own lost entry keeps, window after window). */
+   * for the key its own lost entry keeps, window after window) — if that
+   * connection survived whatever lost the hold. (A reentrant acquire has
+   * no key connection of its own yet.) */
   kc = a->mine->keyconn;
   a->mine->keyconn = NULL;
   unclaim(cl, a->mine);
   dbl_unlock(cl);
-  if (kc && !a->q.kc) {
+  if (kc && keyconn_usable(cl, kc)) {
     a->q.kc = kc;
     a->q.has_key = 1;
   } else if (kc) {
@@ -431,6 +441,15 @@ static void backoff(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   if (a->wait_ms > 0 && us > (deadline - now) * 1000) us = (deadline - now) * 1000;
   if (us > 0) dbl_cancel_sleep(cl, us);
   *cap_ms = *cap_ms * 2 > limit ? limit : *cap_ms * 2;
+}
+
+/* Gives back this acquire's seat among the client's key waiters. */
+static void key_seat_leave(acq *a) {
+  if (!a->key_seat) return;
+  dbl_lock(a->cl);
+  a->cl->key_waiters--;
+  dbl_unlock(a->cl);
+  a->key_seat = 0;
 }
 
 /* Waits in the server for the name's wake key (wake.c), at most a queued
@@ -462,6 +481,7 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
             a->name, a->e.msg);
     memset(&a->e, 0, sizeof a->e);
     a->wake = 0;
+    key_seat_leave(a);
     backoff(a, now, deadline, cap_ms);
   }
   /* (a cancel: the loop's next look at the flag returns) */
@@ -493,6 +513,10 @@ static int acquire_wait(acq *a) {
   for (;;) {
     int64_t server_wait = 0;
     if (dbl_cancelled(cl)) return DBLOCK_ECANCELED;
+    /* A timed wait makes no attempt past its deadline (its sleeps and its
+     * waits for the key end there): each one would be time over what the
+     * caller asked for. */
+    if (a->wait_ms > 0 && a->tries > 0 && dbl_mono_ms() >= deadline) return DBLOCK_ETIMEOUT;
     if (cl->strat->pins_connection) {
       server_wait = a->wait_ms < 0 ? cl->opts.call_timeout_ms
                     : a->wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
@@ -629,8 +653,15 @@ static struct dbl_held *acquire_publish(acq *a) {
   } else {
     if (mine) {
       /* Our earlier holds had expired and the row was granted afresh: the
-       * old handles are lost; this is a new grant. */
+       * old handles are lost; this is a new grant. The name's wake key,
+       * if the old hold kept it, goes with the new grant (its release
+       * gives it up; left on the lost entry it would be held until the
+       * old handles are released). */
       mine->lost = DBLOCK_ELOST;
+      if (mine->keyconn && !h->keyconn) {
+        h->keyconn = mine->keyconn;
+        mine->keyconn = NULL;
+      }
       unclaim(cl, mine);
     }
     h->busy = 0;
@@ -693,11 +724,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
      * and its wake key with it) */
     if (a.q.ticket) dbl_queue_leave(cl, a.q.ticket);
     dbl_wake_drop(cl, a.q.kc, a.key, a.q.has_key);
-    if (a.key_seat) {
-      dbl_lock(cl);
-      cl->key_waiters--;
-      dbl_unlock(cl);
-    }
+    key_seat_leave(&a);
     dbl_lock(cl);
     if (rc != 0) rc = acquire_fail(&a, rc);
     else local = acquire_publish(&a), a.h = NULL;
