@@ -142,6 +142,22 @@ static void claim(dblock_client *cl, struct dbl_held *h) {
   h->busy = 1;
 }
 
+/* Claims this thread's live entry for name, waiting while a renewal or a
+ * release is in flight on it; NULL when there is none (any more). The
+ * entry is looked up again after every wait: a release of its last
+ * handle, on another thread, may have freed it meanwhile (an acquire
+ * holds no handle that would keep it). Caller holds cl->mu. */
+static struct dbl_held *claim_held(dblock_client *cl, const char *name, int64_t thread) {
+  for (;;) {
+    struct dbl_held *h = find_held(cl, name, thread);
+    if (!h || !h->busy || h->queued) {
+      if (h) claim(cl, h); /* (does not wait: free, or only queued) */
+      return h;
+    }
+    dbl_wait(cl, &cl->cv);
+  }
+}
+
 static void unclaim(dblock_client *cl, struct dbl_held *h) {
   h->busy = 0;
   dbl_signal(&cl->cv, 1);
@@ -366,8 +382,7 @@ static int acquire_enter(acq *a, struct dbl_held **local) {
     *local = a->mine;
     return 1;
   }
-  if (a->mine) {
-    claim(cl, a->mine);
+  if (a->mine && (a->mine = claim_held(cl, a->name, a->thread)) != NULL) {
     a->reentrant = 1;
     *a->h = *a->mine; /* the attempt fills this scratch copy */
     /* ...which owns none of the entry's resources: a fresh grant (the
