@@ -401,11 +401,6 @@ static int acquire_enter(acq *a, struct dbl_held **local) {
   return 0;
 }
 
-/* The reentrant statement found another owner: our outer hold is gone
- * (expired and taken over, or force-unlocked). Tell it lost now (before
- * letting go of the claim, so no release can free the entry meanwhile)
- * and go on as a fresh acquire — never wait with the outer entry claimed,
- * which would keep the watchdog off it. */
 /* 1 if a wake-key connection that sat idle for a whole hold can still be
  * used: not cut, not broken, and not closed by the server meanwhile (its
  * key went with its session then). */
@@ -414,6 +409,11 @@ static int keyconn_usable(dblock_client *cl, dbl_pconn *kc) {
          (!cl->drv->idle_alive || cl->drv->idle_alive(kc->c));
 }
 
+/* The reentrant statement found another owner: our outer hold is gone
+ * (expired and taken over, or force-unlocked). Tell it lost now (before
+ * letting go of the claim, so no release can free the entry meanwhile)
+ * and go on as a fresh acquire — never wait with the outer entry claimed,
+ * which would keep the watchdog off it. */
 static void acquire_outer_lost(acq *a) {
   dblock_client *cl = a->cl;
   dbl_pconn *kc;
@@ -458,6 +458,11 @@ static void backoff(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   *cap_ms = *cap_ms * 2 > limit ? limit : *cap_ms * 2;
 }
 
+/* 1 if this waiter is woken by notifications (queue.c): where no wake key
+ * serves, or as the head waiter — it holds the key, yet found the name
+ * held by a holder that came without waiting, whose release notifies. */
+static int notified(const acq *a) { return !a->wake || (a->q.has_key && a->head_busy); }
+
 /* Gives back this acquire's seat among the client's key waiters. */
 static void key_seat_leave(acq *a) {
   if (!a->key_seat) return;
@@ -480,11 +485,13 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
    * left: wait without the key from now on. */
   if (!a->key_seat && !a->q.kc) {
     dbl_lock(cl);
-    if (cl->key_waiters < DBL_KEY_WAITERS_MAX) a->key_seat = ++cl->key_waiters > 0;
+    if (cl->key_waiters < DBL_KEY_WAITERS_MAX) {
+      cl->key_waiters++;
+      a->key_seat = 1;
+    }
     dbl_unlock(cl);
     if (!a->key_seat) {
       a->wake = 0;
-      a->q.key = NULL;
       return; /* (the loop's next attempt comes at once, and queues) */
     }
   }
@@ -544,8 +551,7 @@ static int acquire_wait(acq *a) {
      * the head waiter queues: the one holding the key that still found the
      * name held, by a holder that came without waiting and so has no key
      * to hand over — its release notifies the ticket instead. */
-    int notified = !a->wake || (a->q.has_key && a->head_busy);
-    a->q.queued = a->wait_ms != 0 && !a->reentrant && notified && dbl_queue_possible(cl) &&
+    a->q.queued = a->wait_ms != 0 && !a->reentrant && notified(a) && dbl_queue_possible(cl) &&
                   (a->q.ticket || cl->opts.fair ||
                    ((a->tries > 0 || busy_lately(cl, a->hash)) && dbl_queue_ready(cl, 0)));
     /* (every fresh attempt names the wake key: a free row is refused while
@@ -581,7 +587,6 @@ static int acquire_wait(acq *a) {
     a->q.key_fresh = 0;
     if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;
     a->head_busy = rc == DBLOCK_EBUSY && a->q.has_key;
-    notified = !a->wake || (a->q.has_key && a->head_busy);
     a->q.woken = a->board_woken = 0;
     if (rc != DBLOCK_EBUSY) return rc;
     if (dbl_queue_possible(cl) || a->wake) busy_seen(cl, a->hash);
@@ -593,7 +598,7 @@ static int acquire_wait(acq *a) {
     if (a->wait_ms == 0) return rc;
     now = dbl_mono_ms();
     if (a->wait_ms > 0 && now >= deadline) return DBLOCK_ETIMEOUT;
-    if (!a->q.ticket && !a->q.queued && notified && dbl_queue_possible(cl) &&
+    if (!a->q.ticket && !a->q.queued && notified(a) && dbl_queue_possible(cl) &&
         dbl_queue_ready(cl, a->wait_ms > 0 && deadline - now < LISTEN_WAIT_MS ? deadline - now
                                                                               : LISTEN_WAIT_MS))
       continue; /* (listening now: queue at once) */
@@ -863,7 +868,7 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
     dbl_unlock(cl);
     /* Idle for the whole hold: one the server closed meanwhile (its key
      * went with its session) is not worth a failed call. */
-    if (cl->drv->idle_alive && !cl->drv->idle_alive(kc->c)) {
+    if (!keyconn_usable(cl, kc)) {
       dbl_pool_discard(cl, kc);
       kc = NULL;
     }
