@@ -9,16 +9,26 @@
 
 #include "internal.h"
 
+/* Copies column c of row i into dst (size n) without trailing spaces:
+ * MariaDB pads a for_update row's holder columns with them (FU_TAKE in
+ * src/sql/mysql.c); no host name or token ends in one. */
+static void copy_trimmed(char *dst, size_t n, const dbl_res *r, int i, int c) {
+  const char *v = dbl_res_get(r, i, c);
+  size_t len = v ? strlen(v) : 0;
+  while (len > 0 && v[len - 1] == ' ') len--;
+  snprintf(dst, n, "%.*s", (int)len, v ? v : "");
+}
+
 static void fill_info(dblock_lock_info *o, const dbl_res *r, int i) {
   const char *v;
   memset(o, 0, sizeof *o);
   snprintf(o->name, sizeof o->name, "%s", (v = dbl_res_get(r, i, 0)) ? v : "");
   snprintf(o->strategy, sizeof o->strategy, "%s", (v = dbl_res_get(r, i, 1)) ? v : "");
   o->held = dbl_res_i64(r, i, 2) != 0;
-  snprintf(o->owner_host, sizeof o->owner_host, "%s", (v = dbl_res_get(r, i, 3)) ? v : "");
+  copy_trimmed(o->owner_host, sizeof o->owner_host, r, i, 3);
   o->owner_pid = dbl_res_i64(r, i, 4);
   o->owner_thread = dbl_res_i64(r, i, 5);
-  snprintf(o->owner_token, sizeof o->owner_token, "%s", (v = dbl_res_get(r, i, 6)) ? v : "");
+  copy_trimmed(o->owner_token, sizeof o->owner_token, r, i, 6);
   o->hold_count = (int)dbl_res_i64(r, i, 7);
   o->fence = dbl_res_i64(r, i, 8);
   o->acquired_at_us = dbl_res_i64(r, i, 9);

@@ -177,7 +177,7 @@ void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,
 
 int dbl_no_epoch(const dbl_err *e) {
   if (e->code != DBLOCK_EDB) return 0;
-  return strcmp(e->sqlstate, DBL_NO_EPOCH_MY) == 0 ||
+  return (strcmp(e->sqlstate, "42000") == 0 && e->native == DBL_NO_EPOCH_MY_NATIVE) ||
          (strcmp(e->sqlstate, DBL_NO_EPOCH_PG) == 0 && strstr(e->msg, DBL_NO_EPOCH_PG_NAME));
 }
 
