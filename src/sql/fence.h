@@ -47,12 +47,14 @@
  * means new sessions, whose first grant fails and looks again — and
  * poolers that share server sessions (ProxySQL) pin a session once it
  * sets a user variable. The value is checked, not only present: see
- * DBL_MY_SESSION_MARK. The failure is a pattern picked at run time: ''
- * matches '' (1 - 1 = 0), and '(' does not compile. It used to be a scalar
- * subquery of two rows, which MariaDB sets up on every execution, used or
- * not: 10-20 µs of server time per grant.) */
+ * DBL_MY_SESSION_MARK. The failure is a pattern picked at run time: 'v'
+ * matches 'v' (1 - 1 = 0), and '(' does not compile. Not '': under
+ * sql_mode EMPTY_STRING_IS_NULL that is NULL, and a NULL fence is stored
+ * as 0 by a non-strict UPDATE. It used to be a scalar subquery of two
+ * rows, which MariaDB sets up on every execution, used or not: 10-20 µs
+ * of server time per grant.) */
 #define DBL_MY_NEXT_FENCE                                                        \
-  "('' REGEXP IF(@dblock_alive_${table} = " DBL_MY_SESSION_MARK ", '', '(')) - 1 " \
+  "('v' REGEXP IF(@dblock_alive_${table} = " DBL_MY_SESSION_MARK ", 'v', '(')) - 1 " \
   "+ NEXTVAL(${table}_fence_seq)"
 /* What the variable holds: this session and database, so that a value
  * copied into another session (a proxy that replays session state on a

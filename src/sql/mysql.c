@@ -129,15 +129,16 @@ static const char OPT_FREE[] =
  * back, in the grant and again in the ROLLBACK: W2 (8 waiters, one name)
  * ran at 0.39 × the floor that way. So a for_update row keeps, committed,
  * holder columns as long as a grant's (FU_CREATE, FORCE): owner_host
- * padded with spaces to FU_HOST_W characters (a longer host is written as
- * is, and that grant is not in place), owner_token 32 spaces (a token is
- * 32 hex digits), acquired_at '1970-01-01' (0 µs), not NULL. The grant
- * writes only what introspection reads (fill_info, FU_SESSION): not
- * version or renewed_at, and not expires_at (indexed; for_update has no
- * expiry, and introspection ignores it). Readers trim the spaces (fill_info in
- * admin.c; MariaDB compares strings ignoring trailing spaces). Rows made
- * by earlier releases keep their empty columns and the slower grant until
- * forgotten. */
+ * padded with spaces to FU_HOST_W characters, owner_token 32 spaces (a
+ * token is 32 hex digits), acquired_at '1970-01-01' (0 µs), not NULL. (A
+ * host longer than FU_HOST_W, or one whose multi-byte characters pad to
+ * more than FU_HOST_W bytes, is written as is: that grant is not in
+ * place.) The grant writes only what introspection reads (fill_info,
+ * FU_SESSION): not version or renewed_at, and not expires_at (indexed;
+ * for_update has no expiry, and introspection ignores it). Readers trim
+ * the spaces (fill_info in admin.c); nothing compares these columns of a
+ * for_update row. Rows made by earlier releases keep their empty columns
+ * and the slower grant until forgotten. */
 #define FU_HOST_W "64"
 static const char FU_TAKE[] =
     "UPDATE ${table} SET "
