@@ -200,14 +200,14 @@ static void reset_tables(void) {
       for (int i2 = 1; i2 < cfg.names; i2++) {
         char name[32];
         dbl_param p;
-        snprintf(sql, sizeof sql,
-                 "INSERT INTO bench_locks (name, strategy, state, version, owner_host, "
-                 "owner_token, acquired_at, renewed_at) SELECT ?, strategy, state, version, "
-                 "owner_host, owner_token, acquired_at, renewed_at FROM bench_locks "
-                 "WHERE name = 'n0'");
         snprintf(name, sizeof name, "n%d", i2);
         p = DBL_STR(name);
-        raw_q(&r, sql, &p, 1);
+        raw_q(&r,
+              "INSERT INTO bench_locks (name, strategy, state, version, owner_host, "
+              "owner_token, acquired_at, renewed_at) SELECT ?, strategy, state, version, "
+              "owner_host, owner_token, acquired_at, renewed_at FROM bench_locks "
+              "WHERE name = 'n0'",
+              &p, 1);
       }
       r.d->commit(r.c, &(dbl_err){0});
       raw_close(&r);

@@ -596,16 +596,20 @@ static void test_reentrant_keeps_lease(void **s) {
   dblock_client_free(a);
 }
 
+/* Releases l on a thread of its own after delay_ms; keeps the on_lost
+ * calls seen just before, and the release's result. */
 typedef struct later_release {
   dblock_lock *l;
-  int lost_calls_at_800;
+  int delay_ms;
+  int lost_calls_before;
+  int rc;
 } later_release;
 
 static void *release_later(void *arg) {
   later_release *r = arg;
-  tu_sleep_ms(800);
-  r->lost_calls_at_800 = atomic_load(&tu_lost_calls);
-  dblock_lock_release(r->l);
+  tu_sleep_ms(r->delay_ms);
+  r->lost_calls_before = atomic_load(&tu_lost_calls);
+  r->rc = dblock_lock_release(r->l);
   return NULL;
 }
 
@@ -620,7 +624,7 @@ static void test_reentrant_after_takeover(void **s) {
   dblock_client *a, *b = cli(0), *c = cli(0);
   const char *name = tu_name("retake");
   dblock_lock *l, *l2 = NULL;
-  later_release r;
+  later_release r = {.delay_ms = 800};
   pthread_t th;
   int64_t fa, fc;
   (void)s;
@@ -643,8 +647,8 @@ static void test_reentrant_after_takeover(void **s) {
   assert_int_equal(pthread_create(&th, NULL, release_later, &r), 0);
   assert_int_equal(dblock_lock_acquire(&l2, a, name, 5000, 0), 0);
   pthread_join(th, NULL);
-  if (r.lost_calls_at_800 != 1)
-    fail_msg("on_lost calls 800 ms into the reentrant wait: %d (want 1)", r.lost_calls_at_800);
+  if (r.lost_calls_before != 1)
+    fail_msg("on_lost calls 800 ms into the reentrant wait: %d (want 1)", r.lost_calls_before);
   assert_int_equal(dblock_lock_hold_count(l2), 1);
   assert_true(fc > fa && dblock_lock_fence(l2) > fc);
   assert_int_equal(dblock_lock_is_lost(l), 1);
@@ -1027,17 +1031,6 @@ static void test_release_waits_out_a_writer(void **s) {
   dblock_client_free(b);
 }
 
-typedef struct release_job {
-  dblock_lock *l;
-  int rc;
-} release_job;
-
-static void *release_main(void *arg) {
-  release_job *j = arg;
-  j->rc = dblock_lock_release(j->l);
-  return NULL;
-}
-
 /* The owner thread asks for a name again while another thread's release
  * of its last handle is in flight (held up 600 ms by a row lock of the
  * test's own): the acquire waits for the release, then — the entry gone
@@ -1048,7 +1041,7 @@ static void test_reacquire_during_last_release(void **s) {
   dblock_client *a = cli(0);
   const char *name = tu_name("relrace");
   row_locker k = {.name = name, .hold_ms = 600};
-  release_job j = {.rc = -99};
+  later_release j = {.rc = -99};
   dblock_lock *l2 = NULL;
   pthread_t tk, tr;
   (void)s;
@@ -1060,7 +1053,7 @@ static void test_reacquire_during_last_release(void **s) {
   assert_int_equal(pthread_create(&tk, NULL, row_locker_main, &k), 0);
   while (!atomic_load(&k.locked)) tu_sleep_ms(2);
   assert_int_equal(atomic_load(&k.locked), 1);
-  assert_int_equal(pthread_create(&tr, NULL, release_main, &j), 0);
+  assert_int_equal(pthread_create(&tr, NULL, release_later, &j), 0);
   tu_sleep_ms(150); /* (the release has claimed the entry and waits on the row) */
   assert_int_equal(dblock_lock_acquire(&l2, a, name, 5000, 0), 0);
   pthread_join(tr, NULL);
@@ -1200,7 +1193,7 @@ static int wakes_by_board(void) { return leased() && is("sqlite"); }
 static dblock_lock *acquire_after_waiting(dblock_client *a, const char *name) {
   dblock_client *x = cli(0);
   dblock_lock *l = NULL;
-  later_release r = {.l = tu_acquire(x, name, 0, 0)};
+  later_release r = {.l = tu_acquire(x, name, 0, 0), .delay_ms = 800};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, release_later, &r), 0);
   assert_int_equal(dblock_lock_acquire(&l, a, name, -1, 0), 0);
@@ -1494,9 +1487,9 @@ static void test_key_waiters_capped(void **s) {
 }
 
 /* Looks, 600 ms in, how many sessions wait for an advisory lock (a wake
- * key) on the test's PostgreSQL, then releases r->l at 800 ms. */
+ * key) on the test's PostgreSQL, then releases l at 800 ms. */
 typedef struct key_look {
-  later_release r;
+  dblock_lock *l;
   int64_t waiting;
 } key_look;
 
@@ -1508,7 +1501,7 @@ static void *look_then_release(void *arg) {
          "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
          &k->waiting);
   tu_sleep_ms(200);
-  dblock_lock_release(k->r.l);
+  dblock_lock_release(k->l);
   return NULL;
 }
 
@@ -1534,7 +1527,7 @@ static void test_lost_hold_hands_its_key_on(void **s) {
   l = acquire_after_waiting(a, name);
   assert_int_equal(dblock_force_unlock(b, name, NULL), 0);
   tu_sleep_ms(150); /* (a freed row is refused to others for 100 ms while a's key is held) */
-  k.r.l = tu_acquire(c, name, 0, 0);
+  k.l = tu_acquire(c, name, 0, 0);
   t_rel = tu_now_ms() + 800;
   assert_int_equal(pthread_create(&th, NULL, look_then_release, &k), 0);
   assert_int_equal(dblock_lock_acquire(&l2, a, name, 5000, 0), 0);
@@ -1556,9 +1549,9 @@ static void test_lost_hold_hands_its_key_on(void **s) {
   l2 = tu_acquire(a, name, 5000, 0);
   assert_true(dblock_lock_fence(l2) > dblock_lock_fence(l));
   must_release(l2);
-  k.r.l = NULL;
-  assert_int_equal(dblock_lock_acquire(&k.r.l, c, name, 0, 0), 0);
-  must_release(k.r.l);
+  k.l = NULL;
+  assert_int_equal(dblock_lock_acquire(&k.l, c, name, 0, 0), 0);
+  must_release(k.l);
   assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
   dblock_client_free(a);
   dblock_client_free(b);
