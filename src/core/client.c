@@ -181,6 +181,18 @@ int dbl_no_epoch(const dbl_err *e) {
          (strcmp(e->sqlstate, DBL_NO_EPOCH_PG) == 0 && strstr(e->msg, DBL_NO_EPOCH_PG_NAME));
 }
 
+int dbl_fence_behind(const dbl_err *e) {
+  return e->code == DBLOCK_EDB && e->native == DBL_FENCE_BEHIND_MY_NATIVE &&
+         strstr(e->msg, DBL_FENCE_BEHIND_MY_SUM);
+}
+
+int dbl_fence_catch_up(dblock_client *cl, dbl_pconn *pc, const char *name, size_t name_len,
+                       dbl_err *e) {
+  dbl_sqlrun x = dbl_runner(cl, pc->c, e);
+  return cl->dl->fence_catch_up ? cl->dl->fence_catch_up(&x, name, name_len)
+                                : dbl_err_set(e, DBLOCK_EDB, "", 0, "no fence catch-up here");
+}
+
 int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, int *moved, dbl_err *e) {
   dbl_sqlrun x = dbl_runner(cl, pc->c, e);
   int scratch;

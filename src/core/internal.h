@@ -232,6 +232,12 @@ int dbl_no_epoch(const dbl_err *e);
  * the new one; the caller then asks again. *moved (may be NULL): whether
  * the epoch moved (see dbl_sqldialect.epoch_bump). */
 int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, int *moved, dbl_err *e);
+/* 1 if a grant refused to draw a token because the fence sequence is
+ * behind the name's row (a token could repeat: fence.h); the caller moves
+ * the sequence past the row (dbl_fence_catch_up) and asks again. */
+int dbl_fence_behind(const dbl_err *e);
+int dbl_fence_catch_up(dblock_client *cl, dbl_pconn *pc, const char *name, size_t name_len,
+                       dbl_err *e);
 
 /* Fills an operation context for a strategy call. */
 void dbl_op_init(dbl_op *op, dblock_client *cl, dbl_pconn *pc,

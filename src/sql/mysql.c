@@ -140,9 +140,17 @@ static const char OPT_FREE[] =
  * for_update row. Rows made by earlier releases keep their empty columns
  * and the slower grant until forgotten. */
 #define FU_HOST_W "64"
+/* The token must be the sequence's own draw (LASTVAL, evaluated after the
+ * NEXTVAL on its left): a token taken from the row's fence + 1 would be
+ * undone by the ROLLBACK and handed out again by the next grant. So a row
+ * whose fence is not below the draw (the sequence moved back by hand, or
+ * restored apart from the table) fails the grant with an overflow (fence.h
+ * DBL_FENCE_BEHIND_MY_SUM); the core moves the sequence past the row
+ * (fence_catch_up below) and asks again. */
 static const char FU_TAKE[] =
     "UPDATE ${table} SET "
-    "fence = LAST_INSERT_ID(GREATEST(fence + 1, " DBL_MY_NEXT_FENCE ")), "
+    "fence = LAST_INSERT_ID(GREATEST(fence + 1, " DBL_MY_NEXT_FENCE ") "
+    "+ IF(fence < LASTVAL(${table}_fence_seq), 0, " DBL_FENCE_BEHIND_MY_SUM "GREATEST(fence, 1))), "
     "state = 1, hold_count = 1, "
     "owner_host = RPAD(?, GREATEST(CHAR_LENGTH(?), " FU_HOST_W "), ' '), owner_pid = ?, "
     "owner_thread = ?, owner_token = ?, acquired_at = UTC_TIMESTAMP(6), "
@@ -347,6 +355,25 @@ static int bump(const dbl_sqlrun *x, int *moved) {
   return x->drv->script(x->c, sql, x->e);
 }
 
+/* Moves the sequence past the fence in name's row: SETVAL never moves a
+ * MariaDB sequence back (it does nothing when already past), and it is not
+ * transactional. The read ends with a COMMIT: lock connections run
+ * without autocommit. */
+static int fence_catch_up(const dbl_sqlrun *x, const char *name, size_t name_len) {
+  dbl_param p = DBL_TEXT(name, name_len);
+  dbl_res r;
+  char sql[256];
+  int64_t fence;
+  int rc;
+  if ((rc = x->drv->query(x->c, x->sqls[DBL_S_INFO_ONE], &p, 1, &r, x->e)) != 0) return rc;
+  fence = r.nrows == 1 ? dbl_res_i64(&r, 0, 8) : 0;
+  dbl_res_clear(&r);
+  if ((rc = x->drv->script(x->c, "COMMIT", x->e)) != 0 || fence <= 0) return rc;
+  /* A literal: SETVAL takes no expression (table names are [a-z0-9_]). */
+  snprintf(sql, sizeof sql, "SELECT SETVAL(%s_fence_seq, %lld)", x->table, (long long)fence);
+  return x->drv->script(x->c, sql, x->e);
+}
+
 static int epoch_bump(const dbl_sqlrun *x, int *moved) {
   int rc;
   if ((rc = bump(x, moved)) != 0) {
@@ -480,6 +507,7 @@ const dbl_sqldialect dbl_dialect_mysql = {
     .ddl_autocommits = 1,
     .reap_batch_max = 10000, /* (one script's DELETE list) */
     .epoch_bump = epoch_bump,
+    .fence_catch_up = fence_catch_up,
     .reap_batch = reap_batch,
     .migrate_lock = migrate_lock,
     .migration_text = migration_text,

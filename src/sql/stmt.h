@@ -217,6 +217,10 @@ typedef struct dbl_sqldialect {
    * vouched for on this server and only this session learned it (MariaDB:
    * every new session's first grant). NULL: the dialect has no epoch. */
   int (*epoch_bump)(const dbl_sqlrun *x, int *moved);
+  /* Moves the fence sequence forward past the fence in name's row, never
+   * back (after a grant failed with dbl_fence_behind). NULL: no grant of
+   * the dialect fails that way. */
+  int (*fence_catch_up)(const dbl_sqlrun *x, const char *name, size_t name_len);
   /* One reaper batch where DBL_S_REAP is NULL: *got rows deleted. */
   int (*reap_batch)(const dbl_sqlrun *x, int64_t grace_ms, int batch, int64_t *got);
   /* Takes (lock = 1) the migration lock, or gives it up (lock = 0; ok:

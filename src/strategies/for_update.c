@@ -10,14 +10,15 @@
  * back and the name is free at once.
  *
  * The grant takes the row lock, draws a fence and publishes the holder,
- * in one statement. PostgreSQL: an UPDATE of the row (holder columns,
- * fence) that also sets its session's application_name ("dblock FENCE PID
- * THREAD HOST", cut at 63 bytes) from its RETURNING, SET LOCAL: visible in
- * pg_stat_activity at once, reverted by COMMIT/ROLLBACK, found through the
- * row's locker (xmax = backend_xid); the lock transaction commits without
- * a flush. MariaDB: an UPDATE of the row (holder columns, fence, session
- * id) that others read uncommitted; the release is ROLLBACK
- * (DBL_S_FU_RELEASE), which InnoDB never flushes. SQLite
+ * in one statement. PostgreSQL: a SELECT … FOR UPDATE of the row that
+ * writes nothing into it (no new row version for the waiters to chase),
+ * draws the fence after the lock is granted, and sets its session's
+ * application_name ("dblock FENCE PID THREAD HOST", cut at 63 bytes), SET
+ * LOCAL: visible in pg_stat_activity at once, reverted by COMMIT/ROLLBACK,
+ * found through the row's locker (xmax = backend_xid); the lock
+ * transaction commits without a flush. MariaDB: an UPDATE of the row
+ * (holder columns, fence, session id) that others read uncommitted; the
+ * release is ROLLBACK (DBL_S_FU_RELEASE), which InnoDB never flushes. SQLite
  * publishes "ACQUIRED FENCE PID THREAD HOST" through the driver's
  * dblock_publish() (src/sql/sqlite.c FU_TAKE). Introspection finds a held
  * lock by probing its row lock and reads what its holder published.
@@ -176,9 +177,9 @@ static int read_holder(dbl_op *op, dblock_lock_info *o, int64_t committed_fence)
 
 /* A for_update row is held while its row is locked, whatever its columns
  * say. Where the dialect reads what the holder published (PostgreSQL,
- * SQLite) the row's columns describe the last holder that committed, so
- * they are cleared rather than shown wrongly, and the publication fills
- * them in. MariaDB: the columns were read uncommitted, and are the
+ * SQLite) the row's columns describe the last holder that committed
+ * (SQLite) or nobody (PostgreSQL's grant writes nothing there), so they
+ * are cleared rather than shown wrongly, and the publication fills them in. MariaDB: the columns were read uncommitted, and are the
  * holder's own (the read and the probe are two statements: a grant or a
  * release between them can make the columns those of the moment before). */
 static int for_update_inspect(dbl_op *op, dblock_lock_info *o) {
