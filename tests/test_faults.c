@@ -847,6 +847,68 @@ static void test_server_idle_limit(void **s) {
   dblock_client_free(b);
 }
 
+/* ------------------------------------------------------------ sql_mode */
+
+/* The global sql_mode a MariaDB server may run with must not change what
+ * a grant hands out: each mode below (new sessions inherit it) once broke
+ * or could break a token expression — a NULL fence stored as 0 by a
+ * non-strict UPDATE ('' is NULL under EMPTY_STRING_IS_NULL), a check that
+ * reads a column assigned earlier in the same UPDATE (SIMULTANEOUS_
+ * ASSIGNMENT makes it read the old value), an error that non-strict mode
+ * turns into a warning. Under each: three grants with positive,
+ * increasing tokens; a held for_update lock shown with its token; and a
+ * row whose fence is ahead of the sequence still gets a token above it. */
+static const char *const unusual_modes[] = {
+    "''",
+    "'EMPTY_STRING_IS_NULL'",
+    "'STRICT_TRANS_TABLES,EMPTY_STRING_IS_NULL,SIMULTANEOUS_ASSIGNMENT'",
+    "'ANSI,NO_BACKSLASH_ESCAPES'",
+};
+
+static int restore_sql_mode(void **state) {
+  (void)state;
+  my_admin("SET GLOBAL sql_mode = DEFAULT");
+  return 0;
+}
+
+static void grants_under_mode(const char *mode) {
+  char sql[256];
+  const char *name = tu_name("mode");
+  dblock_client *a, *b;
+  dblock_lock *l;
+  dblock_lock_info info;
+  int64_t prev = 0;
+  snprintf(sql, sizeof sql, "SET GLOBAL sql_mode = %s", mode);
+  my_admin(sql);
+  a = open_on(cur.url, 0);
+  b = open_on(cur.url, 0);
+  for (int i = 0; i < 4; i++) {
+    if (i == 3) { /* the row ahead of the sequence */
+      snprintf(sql, sizeof sql, "UPDATE %s SET fence = %lld WHERE name = '%s'", cur.table,
+               (long long)(prev + (INT64_C(1) << 50)), name);
+      tu_sql(cur.url, sql, NULL);
+      prev += INT64_C(1) << 50;
+    }
+    l = tu_acquire(a, name, 0, 0);
+    if (dblock_lock_fence(l) <= prev)
+      fail_msg("sql_mode %s, grant %d: fence %lld not above %lld", mode, i,
+               (long long)dblock_lock_fence(l), (long long)prev);
+    prev = dblock_lock_fence(l);
+    assert_int_equal(dblock_lock_inspect(&info, b, name), 0);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.fence, prev);
+    assert_int_equal(dblock_lock_release(l), 0);
+  }
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+static void test_unusual_sql_modes(void **s) {
+  (void)s;
+  for (size_t i = 0; i < sizeof unusual_modes / sizeof unusual_modes[0]; i++)
+    grants_under_mode(unusual_modes[i]);
+}
+
 /* ---------------------------------------------------------------- skew */
 
 /* Runs `dblock ARGS` (the normal build: libfaketime and the sanitizer
@@ -1404,6 +1466,97 @@ static void test_insert_fence_race(void **s) {
   dblock_client_free(b);
 }
 
+/* A waiter that takes the row while a force-unlock of its predecessor is
+ * under way: acquires with a long wait, holds a moment, releases. */
+typedef struct row_waiter {
+  dblock_client *c;
+  const char *name;
+  int64_t fence;
+  int rc;
+} row_waiter;
+
+static void *take_hold_release(void *arg) {
+  row_waiter *w = arg;
+  dblock_lock *l = NULL;
+  w->rc = dblock_lock_acquire(&l, w->c, w->name, 20000, 0);
+  if (w->rc == 0) {
+    w->fence = dblock_lock_fence(l);
+    tu_sleep_ms(300);
+    w->rc = dblock_lock_release(l);
+  }
+  return NULL;
+}
+
+typedef struct forcer {
+  dblock_client *c;
+  const char *name;
+  int64_t fence;
+  int rc;
+} forcer;
+
+static void *force_main(void *arg) {
+  forcer *f = arg;
+  f->rc = dblock_force_unlock(f->c, f->name, &f->fence);
+  return NULL;
+}
+
+/* Waits until n sessions wait for a lock in a statement matching like. */
+static void await_lock_waiters(const char *like, int64_t n) {
+  char sql[256];
+  int64_t got = 0;
+  snprintf(sql, sizeof sql,
+           "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+           "AND query LIKE '%s'",
+           like);
+  for (int i = 0; i < 1000 && got < n; i++) {
+    tu_sql(cur.url, sql, &got);
+    if (got < n) tu_sleep_ms(5);
+  }
+  if (got < n) fail_msg("%lld of %lld sessions waiting on '%s'", (long long)got, (long long)n, like);
+}
+
+/* PostgreSQL, for_update: force-unlock of a holder H while a waiter W is
+ * queued on the row. H's backend is frozen (SIGSTOP), so the force-unlock's
+ * kill cannot end it yet and its statement queues behind W; then H's
+ * backend goes on and dies, W is granted (drawing its token now) and
+ * releases, and the force-unlock's statement runs. The token it reports
+ * must be above W's: an UPDATE that drew it before waiting would not draw
+ * again, since W's grant locked the row without changing it. */
+static void test_force_unlock_behind_waiter(void **s) {
+  const char *name = tu_name("forcewait");
+  char sql[256];
+  dblock_client *h = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0);
+  row_waiter w = {.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0), .name = name};
+  forcer f = {.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0), .name = name};
+  dblock_lock *lh = tu_acquire(h, name, 0, 0);
+  pthread_t tw, tf;
+  int64_t pid = 0;
+  (void)s;
+  snprintf(sql, sizeof sql,
+           "SELECT COALESCE(MAX(pid), 0) FROM pg_stat_activity WHERE application_name "
+           "LIKE 'dblock %lld %%'",
+           (long long)dblock_lock_fence(lh));
+  tu_sql(cur.url, sql, &pid);
+  if (!pid) fail_msg("the holder's session not found");
+  assert_int_equal(pthread_create(&tw, NULL, take_hold_release, &w), 0);
+  await_lock_waiters("WITH f AS MATERIALIZED (SELECT fence FROM%", 1);
+  assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  assert_int_equal(pthread_create(&tf, NULL, force_main, &f), 0);
+  await_lock_waiters("%SET state = 0, hold_count = 0%", 1);
+  assert_int_equal(kill((pid_t)pid, SIGCONT), 0);
+  pthread_join(tw, NULL);
+  pthread_join(tf, NULL);
+  assert_int_equal(w.rc, 0);
+  if (f.rc != 0) fail_msg("force-unlock: rc %d (%s)", f.rc, tu_errmsg(f.c));
+  if (f.fence <= w.fence)
+    fail_msg("force-unlock reported %lld, not above the waiter's %lld", (long long)f.fence,
+             (long long)w.fence);
+  assert_int_equal(dblock_lock_release(lh), DBLOCK_ELOST);
+  dblock_client_free(h);
+  dblock_client_free(w.c);
+  dblock_client_free(f.c);
+}
+
 /* PostgreSQL behind PgBouncer in transaction pooling mode: the proxy keeps
  * its client connections across a server crash-restart (pg_ctl -m
  * immediate). A client opened before the restart and one opened after it
@@ -1542,7 +1695,13 @@ int main(void) {
   /* PostgreSQL only: a backend can be frozen at the right moment there,
    * and PgBouncer stands in front of it. */
   const struct CMUnitTest pg_only[] = {cmocka_unit_test_teardown(test_insert_fence_race, teardown),
+                                       cmocka_unit_test_teardown(test_force_unlock_behind_waiter,
+                                                                 teardown),
                                        cmocka_unit_test_teardown(test_pooler_restart, teardown)};
+  /* MariaDB only: its sql_mode is global to the server (the mysql shard
+   * runs its tests one at a time). */
+  const struct CMUnitTest my_only[] = {
+      cmocka_unit_test_teardown(test_unusual_sql_modes, restore_sql_mode)};
   static const dblock_strategy strategies[] = {
       DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE, DBLOCK_STRATEGY_OPTIMISTIC};
   int n, failed = 0;
@@ -1571,6 +1730,11 @@ int main(void) {
       if (strcmp(b[i].name, "postgres") == 0 && strategies[k] == DBLOCK_STRATEGY_INSERT)
         failed += cmocka_run_group_tests_name("faults/postgres/insert/pg-only", pg_only, group_setup,
                                               NULL);
+      if (strcmp(b[i].name, "mysql") == 0) {
+        snprintf(group, sizeof group, "faults/mysql/%s/sql-mode",
+                 dblock_strategy_name(strategies[k]));
+        failed += cmocka_run_group_tests_name(group, my_only, group_setup, NULL);
+      }
     }
   return failed ? 1 : 0;
 }

@@ -182,8 +182,9 @@ int dbl_no_epoch(const dbl_err *e) {
 }
 
 int dbl_fence_behind(const dbl_err *e) {
-  return e->code == DBLOCK_EDB && e->native == DBL_FENCE_BEHIND_MY_NATIVE &&
-         strstr(e->msg, DBL_FENCE_BEHIND_MY_SUM);
+  if (e->code != DBLOCK_EDB) return 0;
+  return (e->native == DBL_FENCE_BEHIND_MY_NATIVE && strstr(e->msg, DBL_FENCE_BEHIND_MY_SUM)) ||
+         (strcmp(e->sqlstate, DBL_NO_EPOCH_PG) == 0 && strstr(e->msg, DBL_FENCE_BEHIND_PG_NAME));
 }
 
 int dbl_fence_catch_up(dblock_client *cl, dbl_pconn *pc, const char *name, size_t name_len,

@@ -286,14 +286,15 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
    * repeat one already issued. Move the sequence past the row and ask
    * again, once. */
   if (rc != 0 && rc != DBLOCK_ECANCELED && dbl_fence_behind(e) && !dbl_cancelled(cl)) {
-    dbl_log(cl, DBLOCK_LOG_WARNING,
-            "lock '%s': the fence sequence was behind the name's last token (moved back, or "
-            "restored apart from the lock table): moved forward past it",
-            h->name);
     dbl_call_bound(cl, pc, 0);
     if ((rc = dbl_call_check(cl, pc, dbl_fence_catch_up(cl, pc, h->name, h->name_len, e), e)) ==
-        0)
+        0) {
+      dbl_log(cl, DBLOCK_LOG_WARNING,
+              "lock '%s': the fence sequence was behind the name's last token (moved back, or "
+              "restored apart from the lock table): moved forward past it",
+              h->name);
       rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
+    }
   }
   if (dbl_cancel_unwatch(cl, slot, pc)) {
     /* The cancel may have cut this connection, even after a grant came

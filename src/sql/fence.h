@@ -72,10 +72,13 @@
 #define DBL_NO_EPOCH_PG "42704"
 #define DBL_NO_EPOCH_PG_NAME "dblock.no_epoch"
 #define DBL_NO_EPOCH_MY_NATIVE 1139
-/* How MariaDB's for_update grant fails when the sequence is behind the
- * name's row (FU_TAKE in src/sql/mysql.c): an addition that overflows,
- * error 1690 in every sql_mode (a pattern that does not compile, as above,
- * is only NULL and a warning when the pattern depends on the row). */
+/* How a for_update grant fails when the sequence is behind the name's row
+ * (FU_TAKE in src/sql/postgres.c and mysql.c; the core then calls the
+ * dialect's fence_catch_up). PostgreSQL: 42704 naming this setting, as
+ * above. MariaDB: an addition that overflows, error 1690 in every sql_mode
+ * (a pattern that does not compile, as above, is only NULL and a warning
+ * when the pattern depends on the row). */
+#define DBL_FENCE_BEHIND_PG_NAME "dblock.fence_behind"
 #define DBL_FENCE_BEHIND_MY_SUM "9223372036854775807 + "
 #define DBL_FENCE_BEHIND_MY_NATIVE 1690
 

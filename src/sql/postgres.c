@@ -217,27 +217,29 @@ static const char OPT_FREE[] = HAND_OFF_PG(
 
 /* The grant only locks the row: no new row version, so waiters queued on
  * the row's lock are handed it without chasing an update chain (W2, 8
- * waiters on one name: p99 wait 2.2-2.3 ms, against 4.1-4.3 ms for the
- * UPDATE of the holder columns it replaces). The fence is drawn after the lock is
- * granted: the CTE is materialised, so its LockRows runs below the
+ * waiters on one name: p99 wait 2.0-2.3 ms, against 4.1-6.4 ms for the
+ * UPDATE of the holder columns it replaces). The fence is drawn after the
+ * lock is granted: the CTE is materialised, so its LockRows runs below the
  * projection that calls nextval (in a plain SELECT … FOR UPDATE the target
  * list is computed below LockRows, before the wait, and a waiter would
- * carry a token drawn before its predecessor's). A token is above the
- * row's fence (force-unlock's) and above every token drawn before it from
- * the sequence; should the sequence ever be behind the row (moved back by
- * hand), the grant writes the token it took into the row (w), so the next
- * grant still draws above it (once this holder commits: see Known limits
- * in the README). The holder is published in its
- * session's application_name, SET LOCAL (FU_HOLDER). Params: name, pid,
- * thread, host. */
+ * carry a token drawn before its predecessor's). The token is the draw,
+ * which is above every token drawn before it; it must also be above the
+ * row's fence (force-unlock's): should the sequence ever be behind that
+ * (moved back by hand), the grant fails naming dblock.fence_behind, an
+ * unset setting read only then (fence.h), and the core moves the durable
+ * epoch above the row (fence_catch_up below) and asks again. Taking the
+ * row's fence + 1 instead would need a write into the row that a holder
+ * dying before its COMMIT undoes, and the next grant would repeat it. The
+ * holder is published in its session's application_name, SET LOCAL
+ * (FU_HOLDER). Params: name, pid, thread, host. */
 static const char FU_TAKE[] =
-    "WITH f AS MATERIALIZED (SELECT name, fence + 1 AS floor FROM ${schema}.${table} "
+    "WITH f AS MATERIALIZED (SELECT fence FROM ${schema}.${table} "
     "WHERE name = ? AND strategy = 'for_update' FOR UPDATE), "
-    "g AS MATERIALIZED (SELECT name, GREATEST(floor, " DBL_PG_NEXT_FENCE ") AS fence, floor FROM f), "
-    "w AS (UPDATE ${schema}.${table} t SET fence = g.fence FROM g "
-    "WHERE t.name = g.name AND g.fence = g.floor) "
+    "g AS MATERIALIZED (SELECT " DBL_PG_NEXT_FENCE " AS draw, fence FROM f), "
+    "t AS (SELECT CASE WHEN draw > fence THEN draw "
+    "ELSE current_setting('" DBL_FENCE_BEHIND_PG_NAME "')::int8 END AS fence FROM g) "
     "SELECT fence, set_config('application_name', left('dblock ' || fence || ' ' || "
-    "?::int8 || ' ' || ?::int8 || ' ' || ?::text, 63), true) FROM g";
+    "?::int8 || ' ' || ?::int8 || ' ' || ?::text, 63), true) FROM t";
 
 /* The row a name's lock lives on, created free and committed on first use
  * so that every session can see (and probe) it. */
@@ -338,15 +340,21 @@ static const char FU_KILL_BY_NAME[] =
 /* ---- administration ---- */
 /* Frees a leased row and advances its fence past anything issued, so the
  * old holder's renewals and releases (checked by owner and fence) fail
- * with DBLOCK_ELOST and fenced resources refuse its token. A for_update
- * row keeps expires_at NULL (no lease: the reaper never picks it; no grant
- * writes the row to clear it again). */
+ * with DBLOCK_ELOST and fenced resources refuse its token. The fence is
+ * drawn after the row is locked, as in FU_TAKE: an UPDATE computes its new
+ * values before it waits for the row and again only if the row changed
+ * meanwhile, and a for_update grant that came first (the force-unlocked
+ * holder's successor) locks the row without changing it, so a draw made
+ * before the wait would sit below that grant's. A for_update row keeps
+ * expires_at NULL (no lease: the reaper never picks it). */
 static const char FORCE[] =
-    "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1, "
-    "fence = GREATEST(fence + 1, " DBL_PG_NEXT_FENCE "), "
-    "owner_token = '', owner_thread = 0, "
-    "expires_at = CASE WHEN strategy = 'for_update' THEN NULL ELSE statement_timestamp() END "
-    "WHERE name = ? RETURNING fence";
+    "WITH f AS MATERIALIZED (SELECT name, fence FROM ${schema}.${table} WHERE name = ? "
+    "FOR UPDATE), "
+    "g AS MATERIALIZED (SELECT name, GREATEST(fence + 1, " DBL_PG_NEXT_FENCE ") AS fence FROM f) "
+    "UPDATE ${schema}.${table} l SET state = 0, hold_count = 0, version = l.version + 1, "
+    "fence = g.fence, owner_token = '', owner_thread = 0, "
+    "expires_at = CASE WHEN l.strategy = 'for_update' THEN NULL ELSE statement_timestamp() END "
+    "FROM g WHERE l.name = g.name RETURNING l.fence";
 static const char FORGET[] =
     "DELETE FROM ${schema}.${table} WHERE name = ? AND name <> '' AND "
     "(strategy = 'for_update' OR expires_at < statement_timestamp())";
@@ -364,11 +372,13 @@ static const char DROP_GRANT[] =
 /* One bounded batch. The expiry test sits in the DELETE itself, so a row
  * renewed after it was picked is re-checked and kept; SKIP LOCKED lets
  * several reapers share the work. Rows without a lease (for_update, the
- * epoch row) have expires_at NULL and are never picked. */
+ * epoch row) have expires_at NULL and are never picked (for_update rows
+ * that a force-unlock of an earlier release left with an expiry are
+ * excluded by name). */
 static const char REAP[] =
     "DELETE FROM ${schema}.${table} WHERE name IN (SELECT name FROM ${schema}.${table} "
     "WHERE expires_at < statement_timestamp() - ?::int8 * interval '1 microsecond' "
-    "LIMIT ?::int8 FOR UPDATE SKIP LOCKED) "
+    "AND strategy <> 'for_update' LIMIT ?::int8 FOR UPDATE SKIP LOCKED) "
     "AND expires_at < statement_timestamp() - ?::int8 * interval '1 microsecond'";
 
 /* ---- migrations ---- */
@@ -389,6 +399,10 @@ static const char EPOCH_BUMP[] =
     "BEGIN; SET LOCAL synchronous_commit = on; "
     "UPDATE ${schema}.${table} SET fence = fence + 1 WHERE name = '' "
     "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table}_alive); COMMIT";
+/* (fence_catch_up: the epoch that puts the next draw above the name's row) */
+static const char EPOCH_ABOVE[] =
+    "UPDATE ${schema}.${table} SET fence = GREATEST(fence + 1, "
+    "(SELECT (r.fence >> 40) + 1 FROM ${schema}.${table} r WHERE r.name = ?)) WHERE name = ''";
 static const char EPOCH_VOUCH[] =
     "INSERT INTO ${schema}.${table}_alive (id, epoch) "
     "SELECT 1, fence FROM ${schema}.${table} WHERE name = '' "
@@ -432,6 +446,7 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_BUMP] = {EPOCH_BUMP, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_VOUCH] = {EPOCH_VOUCH, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_EPOCH_ABOVE] = {EPOCH_ABOVE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_READ] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP_PICK] = {NULL, NULL, 0, DBL_OUT_NONE},
 };
@@ -443,6 +458,23 @@ static int epoch_bump(const dbl_sqlrun *x, int *moved) {
   int rc;
   *moved = 1; /* (PostgreSQL reads the table in every grant: it was empty) */
   if ((rc = x->drv->script(x->c, x->sqls[DBL_S_EPOCH_BUMP], x->e)) != 0) {
+    dbl_err scratch;
+    if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);
+    return rc;
+  }
+  return x->drv->script(x->c, x->sqls[DBL_S_EPOCH_VOUCH], x->e);
+}
+
+/* Moves the durable epoch above the fence in name's row, flushed, and has
+ * the server vouch for it: every draw from then on is above the row (a
+ * token is epoch << 40 + the sequence). Only ever forward. */
+static int fence_catch_up(const dbl_sqlrun *x, const char *name, size_t name_len) {
+  dbl_param p = DBL_TEXT(name, name_len);
+  int rc;
+  if ((rc = x->drv->script(x->c, "BEGIN; SET LOCAL synchronous_commit = on", x->e)) == 0 &&
+      (rc = x->drv->query(x->c, x->sqls[DBL_S_EPOCH_ABOVE], &p, 1, NULL, x->e)) == 0)
+    rc = x->drv->script(x->c, "COMMIT", x->e);
+  if (rc != 0) {
     dbl_err scratch;
     if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);
     return rc;
@@ -472,5 +504,6 @@ static int migrate_lock(const dbl_sqlrun *x, int lock, int ok) {
 const dbl_sqldialect dbl_dialect_postgres = {
     .stmts = dbl_sql_postgres,
     .epoch_bump = epoch_bump,
+    .fence_catch_up = fence_catch_up,
     .migrate_lock = migrate_lock,
 };

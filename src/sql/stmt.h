@@ -133,10 +133,13 @@ typedef enum dbl_sid {
   DBL_S_MIG_LIST,
   DBL_S_MIG_RECORD,
   /* Used only by the dialects' own procedures (below): the epoch bump and
-   * vouch (scripts), the epoch read, the reaper's pick. */
+   * vouch (scripts), the epoch read, the reaper's pick; EPOCH_ABOVE
+   * (param: name) moves the durable epoch above that name's row's fence
+   * (PostgreSQL's fence_catch_up). */
   DBL_S_EPOCH_BUMP,
   DBL_S_EPOCH_VOUCH,
   DBL_S_EPOCH_READ,
+  DBL_S_EPOCH_ABOVE,
   DBL_S_REAP_PICK,
   /* The wake key (src/core/wake.c), where the server has named session
    * locks (MariaDB's user locks, PostgreSQL's advisory locks): WAIT
