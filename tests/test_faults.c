@@ -14,8 +14,10 @@
  *   crash      a fence handed out just before a crash (PostgreSQL: one backend
  *              SIGKILLed, the postmaster reinitializes; MariaDB: kill -9)
  *   relstall   a release stalled by the network, then a re-acquire
- * plus, on PostgreSQL/insert only, a frozen backend racing a grant and
- * PgBouncer across a restart, and on SQLite clocks stepped with faketime.
+ * plus, on PostgreSQL only, a frozen backend racing a grant, a frozen
+ * for_update holder whose force-unlock queues behind a waiter, and
+ * PgBouncer across a restart; on MariaDB, unusual global sql_modes; on
+ * SQLite, clocks stepped with faketime.
  * A holder SIGKILLed mid-section is test_holder_killed in test_conformance.
  *
  * The network faults go through a small TCP proxy in this file rather than
@@ -49,6 +51,9 @@ static struct {
 /* A forked holder still around when a test fails (it may be stopped and
  * holding a lock): the teardown kills it so the next test starts clean. */
 static pid_t child;
+/* A server backend a test froze with SIGSTOP: teardown lets it go on
+ * (SIGCONT) even when the test failed before it did. */
+static pid_t frozen;
 
 static int leased(void) { return cur.strategy != DBLOCK_STRATEGY_FOR_UPDATE; }
 static int is(const char *backend) { return strcmp(cur.backend, backend) == 0; }
@@ -1451,6 +1456,7 @@ static void test_insert_fence_race(void **s) {
     if (!pid) tu_sleep_ms(2);
   }
   if (!pid) fail_msg("A's statement never waited");
+  frozen = (pid_t)pid;
   assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
   assert_int_equal(d->rollback(x, &e), 0);
   d->close(x);
@@ -1458,6 +1464,7 @@ static void test_insert_fence_race(void **s) {
   fb = dblock_lock_fence(lb);
   assert_int_equal(dblock_lock_release(lb), 0);
   assert_int_equal(kill((pid_t)pid, SIGCONT), 0);
+  frozen = 0;
   pthread_join(th, NULL);
   if (ra.rc == 0 && ra.fence <= fb)
     fail_msg("A was granted fence %lld after B's %lld", (long long)ra.fence, (long long)fb);
@@ -1540,10 +1547,12 @@ static void test_force_unlock_behind_waiter(void **s) {
   if (!pid) fail_msg("the holder's session not found");
   assert_int_equal(pthread_create(&tw, NULL, take_hold_release, &w), 0);
   await_lock_waiters("WITH f AS MATERIALIZED (SELECT fence FROM%", 1);
+  frozen = (pid_t)pid;
   assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
   assert_int_equal(pthread_create(&tf, NULL, force_main, &f), 0);
   await_lock_waiters("%SET state = 0, hold_count = 0%", 1);
   assert_int_equal(kill((pid_t)pid, SIGCONT), 0);
+  frozen = 0;
   pthread_join(tw, NULL);
   pthread_join(tf, NULL);
   assert_int_equal(w.rc, 0);
@@ -1648,6 +1657,10 @@ static void test_sqlite_clock_step(void **s) {
 static int teardown(void **state) {
   (void)state;
   px_stop_all();
+  if (frozen > 0) {
+    kill(frozen, SIGCONT);
+    frozen = 0;
+  }
   if (child > 0) {
     kill(child, SIGKILL);
     kill(child, SIGCONT);

@@ -184,14 +184,21 @@ int dbl_no_epoch(const dbl_err *e) {
 int dbl_fence_behind(const dbl_err *e) {
   if (e->code != DBLOCK_EDB) return 0;
   return (e->native == DBL_FENCE_BEHIND_MY_NATIVE && strstr(e->msg, DBL_FENCE_BEHIND_MY_SUM)) ||
-         (strcmp(e->sqlstate, DBL_NO_EPOCH_PG) == 0 && strstr(e->msg, DBL_FENCE_BEHIND_PG_NAME));
+         (strcmp(e->sqlstate, DBL_FENCE_BEHIND_PG) == 0 && strstr(e->msg, DBL_FENCE_BEHIND_PG_NAME));
 }
 
 int dbl_fence_catch_up(dblock_client *cl, dbl_pconn *pc, const char *name, size_t name_len,
                        dbl_err *e) {
   dbl_sqlrun x = dbl_runner(cl, pc->c, e);
-  return cl->dl->fence_catch_up ? cl->dl->fence_catch_up(&x, name, name_len)
-                                : dbl_err_set(e, DBLOCK_EDB, "", 0, "no fence catch-up here");
+  char state[sizeof e->sqlstate];
+  if (cl->dl->fence_catch_up) return cl->dl->fence_catch_up(&x, name, name_len);
+  memcpy(state, e->sqlstate, sizeof state);
+  return dbl_err_set(e, DBLOCK_EDB, state, e->native,
+                     "lock '%s': the fence sequence %s_fence_seq is behind the token this "
+                     "name's row holds (moved back by hand?): refusing a token that could repeat "
+                     "one already issued. Move the sequence forward past the row's fence "
+                     "(setval), with every client of the table stopped",
+                     name, cl->table);
 }
 
 int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, int *moved, dbl_err *e) {

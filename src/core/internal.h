@@ -234,7 +234,9 @@ int dbl_no_epoch(const dbl_err *e);
 int dbl_epoch_bump(dblock_client *cl, dbl_pconn *pc, int *moved, dbl_err *e);
 /* 1 if a grant refused to draw a token because the fence sequence is
  * behind the name's row (a token could repeat: fence.h); the caller moves
- * the sequence past the row (dbl_fence_catch_up) and asks again. */
+ * the sequence past the row (dbl_fence_catch_up) and asks again. Where the
+ * dialect has no safe way to (PostgreSQL), dbl_fence_catch_up fails with
+ * an error that tells the operator what to do. */
 int dbl_fence_behind(const dbl_err *e);
 int dbl_fence_catch_up(dblock_client *cl, dbl_pconn *pc, const char *name, size_t name_len,
                        dbl_err *e);

@@ -284,7 +284,8 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
   /* The fence sequence is behind this name's row (moved back by hand, or
    * restored apart from the table): the grant refused a token that could
    * repeat one already issued. Move the sequence past the row and ask
-   * again, once. */
+   * again, once — where the dialect can do that safely (MariaDB); else the
+   * caller gets an error that says what to do (dbl_fence_catch_up). */
   if (rc != 0 && rc != DBLOCK_ECANCELED && dbl_fence_behind(e) && !dbl_cancelled(cl)) {
     dbl_call_bound(cl, pc, 0);
     if ((rc = dbl_call_check(cl, pc, dbl_fence_catch_up(cl, pc, h->name, h->name_len, e), e)) ==

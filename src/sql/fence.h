@@ -74,10 +74,13 @@
 #define DBL_NO_EPOCH_MY_NATIVE 1139
 /* How a for_update grant fails when the sequence is behind the name's row
  * (FU_TAKE in src/sql/postgres.c and mysql.c; the core then calls the
- * dialect's fence_catch_up). PostgreSQL: 42704 naming this setting, as
- * above. MariaDB: an addition that overflows, error 1690 in every sql_mode
- * (a pattern that does not compile, as above, is only NULL and a warning
- * when the pattern depends on the row). */
+ * dialect's fence_catch_up, or reports it). PostgreSQL: 22P02, a text
+ * naming it cast to int8 (it holds the row's fence, so the planner cannot
+ * fold it, and unlike a setting nobody can configure it away). MariaDB: an
+ * addition that overflows, error 1690 in every sql_mode (a pattern that
+ * does not compile, as above, is only NULL and a warning when the pattern
+ * depends on the row). */
+#define DBL_FENCE_BEHIND_PG "22P02"
 #define DBL_FENCE_BEHIND_PG_NAME "dblock.fence_behind"
 #define DBL_FENCE_BEHIND_MY_SUM "9223372036854775807 + "
 #define DBL_FENCE_BEHIND_MY_NATIVE 1690

@@ -225,19 +225,22 @@ static const char OPT_FREE[] = HAND_OFF_PG(
  * carry a token drawn before its predecessor's). The token is the draw,
  * which is above every token drawn before it; it must also be above the
  * row's fence (force-unlock's): should the sequence ever be behind that
- * (moved back by hand), the grant fails naming dblock.fence_behind, an
- * unset setting read only then (fence.h), and the core moves the durable
- * epoch above the row (fence_catch_up below) and asks again. Taking the
- * row's fence + 1 instead would need a write into the row that a holder
- * dying before its COMMIT undoes, and the next grant would repeat it. The
- * holder is published in its session's application_name, SET LOCAL
- * (FU_HOLDER). Params: name, pid, thread, host. */
+ * (moved back by hand), the grant fails, casting a text that names
+ * dblock.fence_behind to int8 (fence.h), and the core reports it. Taking
+ * the row's fence + 1 instead would need a write into the row that a
+ * holder dying before its COMMIT undoes, and the next grant would repeat
+ * it; moving the epoch up while the server runs would not do either: a
+ * statement reads the epoch in its snapshot, taken before it waits for the
+ * row, so a waiter would draw with the old epoch after a newcomer drew
+ * with the new one. The holder is published in its session's
+ * application_name, SET LOCAL (FU_HOLDER). Params: name, pid, thread,
+ * host. */
 static const char FU_TAKE[] =
     "WITH f AS MATERIALIZED (SELECT fence FROM ${schema}.${table} "
     "WHERE name = ? AND strategy = 'for_update' FOR UPDATE), "
     "g AS MATERIALIZED (SELECT " DBL_PG_NEXT_FENCE " AS draw, fence FROM f), "
     "t AS (SELECT CASE WHEN draw > fence THEN draw "
-    "ELSE current_setting('" DBL_FENCE_BEHIND_PG_NAME "')::int8 END AS fence FROM g) "
+    "ELSE ('" DBL_FENCE_BEHIND_PG_NAME " ' || fence)::int8 END AS fence FROM g) "
     "SELECT fence, set_config('application_name', left('dblock ' || fence || ' ' || "
     "?::int8 || ' ' || ?::int8 || ' ' || ?::text, 63), true) FROM t";
 
@@ -399,10 +402,6 @@ static const char EPOCH_BUMP[] =
     "BEGIN; SET LOCAL synchronous_commit = on; "
     "UPDATE ${schema}.${table} SET fence = fence + 1 WHERE name = '' "
     "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table}_alive); COMMIT";
-/* (fence_catch_up: the epoch that puts the next draw above the name's row) */
-static const char EPOCH_ABOVE[] =
-    "UPDATE ${schema}.${table} SET fence = GREATEST(fence + 1, "
-    "(SELECT (r.fence >> 40) + 1 FROM ${schema}.${table} r WHERE r.name = ?)) WHERE name = ''";
 static const char EPOCH_VOUCH[] =
     "INSERT INTO ${schema}.${table}_alive (id, epoch) "
     "SELECT 1, fence FROM ${schema}.${table} WHERE name = '' "
@@ -446,7 +445,6 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_BUMP] = {EPOCH_BUMP, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_VOUCH] = {EPOCH_VOUCH, NULL, 0, DBL_OUT_NONE},
-    [DBL_S_EPOCH_ABOVE] = {EPOCH_ABOVE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_READ] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP_PICK] = {NULL, NULL, 0, DBL_OUT_NONE},
 };
@@ -458,23 +456,6 @@ static int epoch_bump(const dbl_sqlrun *x, int *moved) {
   int rc;
   *moved = 1; /* (PostgreSQL reads the table in every grant: it was empty) */
   if ((rc = x->drv->script(x->c, x->sqls[DBL_S_EPOCH_BUMP], x->e)) != 0) {
-    dbl_err scratch;
-    if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);
-    return rc;
-  }
-  return x->drv->script(x->c, x->sqls[DBL_S_EPOCH_VOUCH], x->e);
-}
-
-/* Moves the durable epoch above the fence in name's row, flushed, and has
- * the server vouch for it: every draw from then on is above the row (a
- * token is epoch << 40 + the sequence). Only ever forward. */
-static int fence_catch_up(const dbl_sqlrun *x, const char *name, size_t name_len) {
-  dbl_param p = DBL_TEXT(name, name_len);
-  int rc;
-  if ((rc = x->drv->script(x->c, "BEGIN; SET LOCAL synchronous_commit = on", x->e)) == 0 &&
-      (rc = x->drv->query(x->c, x->sqls[DBL_S_EPOCH_ABOVE], &p, 1, NULL, x->e)) == 0)
-    rc = x->drv->script(x->c, "COMMIT", x->e);
-  if (rc != 0) {
     dbl_err scratch;
     if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);
     return rc;
@@ -504,6 +485,5 @@ static int migrate_lock(const dbl_sqlrun *x, int lock, int ok) {
 const dbl_sqldialect dbl_dialect_postgres = {
     .stmts = dbl_sql_postgres,
     .epoch_bump = epoch_bump,
-    .fence_catch_up = fence_catch_up,
     .migrate_lock = migrate_lock,
 };

@@ -133,13 +133,10 @@ typedef enum dbl_sid {
   DBL_S_MIG_LIST,
   DBL_S_MIG_RECORD,
   /* Used only by the dialects' own procedures (below): the epoch bump and
-   * vouch (scripts), the epoch read, the reaper's pick; EPOCH_ABOVE
-   * (param: name) moves the durable epoch above that name's row's fence
-   * (PostgreSQL's fence_catch_up). */
+   * vouch (scripts), the epoch read, the reaper's pick. */
   DBL_S_EPOCH_BUMP,
   DBL_S_EPOCH_VOUCH,
   DBL_S_EPOCH_READ,
-  DBL_S_EPOCH_ABOVE,
   DBL_S_REAP_PICK,
   /* The wake key (src/core/wake.c), where the server has named session
    * locks (MariaDB's user locks, PostgreSQL's advisory locks): WAIT
@@ -221,8 +218,10 @@ typedef struct dbl_sqldialect {
    * every new session's first grant). NULL: the dialect has no epoch. */
   int (*epoch_bump)(const dbl_sqlrun *x, int *moved);
   /* Moves the fence sequence forward past the fence in name's row, never
-   * back (after a grant failed with dbl_fence_behind). NULL: no grant of
-   * the dialect fails that way. */
+   * back (after a grant failed with dbl_fence_behind). NULL: the dialect
+   * cannot do that safely while the server runs (PostgreSQL: setval can
+   * move a sequence back, and a statement reads the epoch in a snapshot
+   * taken before its lock wait), so the failure goes to the caller. */
   int (*fence_catch_up)(const dbl_sqlrun *x, const char *name, size_t name_len);
   /* One reaper batch where DBL_S_REAP is NULL: *got rows deleted. */
   int (*reap_batch)(const dbl_sqlrun *x, int64_t grace_ms, int batch, int64_t *got);
