@@ -1402,20 +1402,24 @@ static void test_reacquire_after_failed_release(void **s) {
   px_stop(&px);
 }
 
+/* A thread that acquires name (waiting up to wait_ms), holds it hold_ms
+ * and releases; or, through force_main, force-unlocks it. */
 typedef struct racer {
   dblock_client *c;
   const char *name;
-  int rc;
+  int64_t wait_ms, hold_ms;
+  int rc, release_rc;
   int64_t fence;
 } racer;
 
 static void *racer_main(void *arg) {
   racer *r = arg;
   dblock_lock *l = NULL;
-  r->rc = dblock_lock_acquire(&l, r->c, r->name, 0, 0);
+  r->rc = dblock_lock_acquire(&l, r->c, r->name, r->wait_ms, 0);
   if (r->rc == 0) {
     r->fence = dblock_lock_fence(l);
-    dblock_lock_release(l);
+    tu_sleep_ms(r->hold_ms);
+    r->release_rc = dblock_lock_release(l);
   }
   return NULL;
 }
@@ -1473,36 +1477,8 @@ static void test_insert_fence_race(void **s) {
   dblock_client_free(b);
 }
 
-/* A waiter that takes the row while a force-unlock of its predecessor is
- * under way: acquires with a long wait, holds a moment, releases. */
-typedef struct row_waiter {
-  dblock_client *c;
-  const char *name;
-  int64_t fence;
-  int rc;
-} row_waiter;
-
-static void *take_hold_release(void *arg) {
-  row_waiter *w = arg;
-  dblock_lock *l = NULL;
-  w->rc = dblock_lock_acquire(&l, w->c, w->name, 20000, 0);
-  if (w->rc == 0) {
-    w->fence = dblock_lock_fence(l);
-    tu_sleep_ms(300);
-    w->rc = dblock_lock_release(l);
-  }
-  return NULL;
-}
-
-typedef struct forcer {
-  dblock_client *c;
-  const char *name;
-  int64_t fence;
-  int rc;
-} forcer;
-
 static void *force_main(void *arg) {
-  forcer *f = arg;
+  racer *f = arg;
   f->rc = dblock_force_unlock(f->c, f->name, &f->fence);
   return NULL;
 }
@@ -1533,8 +1509,11 @@ static void test_force_unlock_behind_waiter(void **s) {
   const char *name = tu_name("forcewait");
   char sql[256];
   dblock_client *h = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0);
-  row_waiter w = {.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0), .name = name};
-  forcer f = {.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0), .name = name};
+  racer w = {.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0),
+             .name = name,
+             .wait_ms = 20000,
+             .hold_ms = 300};
+  racer f = {.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0), .name = name};
   dblock_lock *lh = tu_acquire(h, name, 0, 0);
   pthread_t tw, tf;
   int64_t pid = 0;
@@ -1545,7 +1524,7 @@ static void test_force_unlock_behind_waiter(void **s) {
            (long long)dblock_lock_fence(lh));
   tu_sql(cur.url, sql, &pid);
   if (!pid) fail_msg("the holder's session not found");
-  assert_int_equal(pthread_create(&tw, NULL, take_hold_release, &w), 0);
+  assert_int_equal(pthread_create(&tw, NULL, racer_main, &w), 0);
   await_lock_waiters("WITH f AS MATERIALIZED (SELECT fence FROM%", 1);
   frozen = (pid_t)pid;
   assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
@@ -1556,6 +1535,7 @@ static void test_force_unlock_behind_waiter(void **s) {
   pthread_join(tw, NULL);
   pthread_join(tf, NULL);
   assert_int_equal(w.rc, 0);
+  assert_int_equal(w.release_rc, 0);
   if (f.rc != 0) fail_msg("force-unlock: rc %d (%s)", f.rc, tu_errmsg(f.c));
   if (f.fence <= w.fence)
     fail_msg("force-unlock reported %lld, not above the waiter's %lld", (long long)f.fence,

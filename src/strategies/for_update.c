@@ -179,8 +179,8 @@ static int read_holder(dbl_op *op, dblock_lock_info *o, int64_t committed_fence)
  * say. Where the dialect reads what the holder published (PostgreSQL,
  * SQLite) the row's columns describe the last holder that committed
  * (SQLite) or nobody (PostgreSQL's grant writes nothing there), so they
- * are cleared rather than shown wrongly, and the publication fills them in. MariaDB: the columns were read uncommitted, and are the
- * holder's own (the read and the probe are two statements: a grant or a
+ * are cleared rather than shown wrongly, and the publication fills them
+ * in. MariaDB: the columns were read uncommitted, and are the holder's own (the read and the probe are two statements: a grant or a
  * release between them can make the columns those of the moment before). */
 static int for_update_inspect(dbl_op *op, dblock_lock_info *o) {
   int rc, held;
