@@ -1293,6 +1293,45 @@ static void test_release_wakes_waiter(void **s) {
   dblock_client_free(b);
 }
 
+/* PostgreSQL, insert and optimistic: a waiter handed the name's wake key
+ * takes the name in the round trip that waited for the key. b found the
+ * name held a moment ago (a try), so its blocking acquire waits for the
+ * key at once; a holds the key (it waited for the name) and hands it over
+ * with its release. b's whole cycle is then two round trips — the wait
+ * with its grant behind it, and the release — where it was three (the
+ * wait, then the grant). The second round is counted: the first warms
+ * b's connection (prepared statements, settings). */
+static void test_handed_key_one_trip(void **s) {
+  char name[128];
+  dblock_client *a, *b;
+  dblock_lock *l, *t = NULL;
+  dblock_stats st0, st1;
+  waiter w;
+  uint64_t t0 = 0, t1 = 0;
+  (void)s;
+  if (!leased() || !is("postgres")) return;
+  a = cli(0);
+  b = cli(0);
+  snprintf(name, sizeof name, "%s", tu_name("fused"));
+  for (int round = 0; round < 2; round++) {
+    l = acquire_after_waiting(a, name);
+    assert_int_equal(dblock_lock_acquire(&t, b, name, 0, 0), DBLOCK_EBUSY);
+    assert_int_equal(dblock_client_stats(b, &st0, sizeof st0), 0);
+    t0 = dblock_client_round_trips(b);
+    w = (waiter){.c = b, .name = name, .rc = -99};
+    (void)release_to_waiter(l, &w, 150, NULL); /* (b is waiting for the key by then) */
+    t1 = dblock_client_round_trips(b);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(dblock_client_stats(b, &st1, sizeof st1), 0);
+    assert_int_equal(st1.wakeups, st0.wakeups + 1);
+  }
+  if (t1 - t0 != 2)
+    fail_msg("a waiter handed the key took %llu round trips to acquire and release (2 expected)",
+             (unsigned long long)(t1 - t0));
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
 /* Three waiters queue in turn (w0 first); the holder releases and asks
  * again at once. The name goes w0, w1, w2, and only then back to the
  * holder: a release hands the name to the oldest waiter, and the releaser
@@ -1856,6 +1895,7 @@ int main(void) {
       cmocka_unit_test(test_round_trips),
       cmocka_unit_test(test_hostile_names),
       cmocka_unit_test(test_release_wakes_waiter),
+      cmocka_unit_test(test_handed_key_one_trip),
       cmocka_unit_test(test_release_hands_off_in_order),
       cmocka_unit_test(test_fair_mode),
       cmocka_unit_test(test_stalled_listener_falls_back_to_polling),

@@ -100,6 +100,12 @@ typedef struct queue_place {
   dbl_pconn *kc;
   int has_key;
   int key_fresh; /* the key came since the last attempt (one attempt) */
+  /* > 0: the next attempt first waits this long for the key, in the same
+   * round trip (DBL_S_WAKE_TAKE), and runs only once it has it; fuse_miss
+   * then says that the wait did not get the key (ran out, or failed), so
+   * that the attempt behind it never ran. */
+  int64_t fuse_ms;
+  int fuse_miss;
   int woken; /* the attempt follows a wake-up on the wake board, or a
                 queueing behind one untried */
 } queue_place;
@@ -186,8 +192,12 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
                             int reentrant, int attempt_no, int64_t wait_ms, uint64_t hash,
                             queue_place *qp, int64_t *sent, dbl_err *e) {
   int rc;
+  int64_t fuse_ms = qp->fuse_ms;
   *sent = dbl_mono_ms();
-  dbl_call_bound(cl, pc, attempt_bound(cl, h, *sent, wait_ms));
+  /* (a fused wait for the key: the lease clock starts before it, which
+   * only makes the holder think its lease shorter — by at most the wait,
+   * a quarter of the lease) */
+  dbl_call_bound(cl, pc, attempt_bound(cl, h, *sent, wait_ms > fuse_ms ? wait_ms : fuse_ms));
   dbl_op_init(op, cl, pc, h, e);
   op->reentrant = reentrant;
   op->attempt = attempt_no;
@@ -198,9 +208,18 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   /* (the key's holder is never refused: it names no key. On PostgreSQL
    * it could not ask for itself — a shared request on its own key fails
    * while others wait for the key behind it) */
-  op->q.wake_key = reentrant || qp->has_key ? NULL : qp->key;
-  op->q.has_key = !reentrant && qp->has_key && qp->key_fresh;
+  op->q.wake_key = reentrant || qp->has_key || fuse_ms ? NULL : qp->key;
+  op->q.has_key = !reentrant && ((qp->has_key && qp->key_fresh) || fuse_ms);
   op->q.board_woken = qp->woken;
+  if (fuse_ms) {
+    /* The attempt runs only once the key is ours: it is the key's holder,
+     * just handed the key. Sent once (retries below are plain). */
+    op->pre.id = DBL_S_WAKE_TAKE;
+    op->pre.p[0] = DBL_STR(qp->key);
+    op->pre.p[1] = DBL_I64(fuse_ms * 1000);
+    op->pre.np = 2;
+    qp->fuse_ms = 0;
+  }
   if (qp->queued) {
     int64_t alive = queue_alive_ms(cl, h);
     op->q.channel = dbl_queue_channel(cl);
@@ -209,6 +228,11 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   }
   rc = dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
   qp->ticket = op->q.ticket;
+  if (fuse_ms) {
+    qp->has_key = qp->key_fresh = op->pre.ran;
+    qp->fuse_miss = !op->pre.ran;
+    if (op->pre.ran) DBL_COUNT(cl, wakeups);
+  }
   return rc;
 }
 
@@ -247,6 +271,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
   int rc, pins = cl->strat->pins_connection, slot = -1;
   int64_t sent;
   if (!pc && (rc = dbl_pool_get_by(cl, &pc, pins, 0, e)) != 0) return rc;
+  if (qp->fuse_ms) qp->kc = pc; /* (the connection that will hold the key) */
   /* Polling strategies never mean to wait in the server; a row lock held
    * by a for_update transaction on the same name (mixing strategies) must
    * not block them for long. Only sent once per connection. */
@@ -261,8 +286,10 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
   /* A wait in the server is where a cancel must reach in: register the
    * connection with dblock_client_cancel (or, with no slot free, wait in
    * short pieces and let the loop look at the flag between them). */
-  if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 && wait_ms > DBL_CANCEL_PIECE_MS)
-    wait_ms = DBL_CANCEL_PIECE_MS;
+  if ((wait_ms != 0 || qp->fuse_ms) && (slot = dbl_cancel_watch(cl, pc)) < 0) {
+    if (wait_ms > DBL_CANCEL_PIECE_MS) wait_ms = DBL_CANCEL_PIECE_MS;
+    if (qp->fuse_ms > DBL_CANCEL_PIECE_MS) qp->fuse_ms = DBL_CANCEL_PIECE_MS;
+  }
   /* (A cancel that came before the registration found no slot: look at
    * the flag after it — one side always sees the other.) */
   if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
@@ -488,11 +515,25 @@ static void key_seat_leave(acq *a) {
   a->key_seat = 0;
 }
 
+/* This acquire waits for its key no more (a wait that failed): it polls
+ * with backoff from now on, as where there is no key. */
+static void wake_give_up(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
+  dbl_log(a->cl, DBLOCK_LOG_INFO, "lock '%s': waiting for its wake key failed (%s); polling",
+          a->name, a->e.msg);
+  memset(&a->e, 0, sizeof a->e);
+  a->wake = 0;
+  key_seat_leave(a);
+  backoff(a, now, deadline, cap_ms);
+}
+
 /* Waits in the server for the name's wake key (wake.c), at most a queued
  * waiter's poll window: the release of a holder that has the key hands it
  * over at once, and the next attempt follows at once either way (the
- * wait that ran out is the poll). A failure leaves this acquire polling
- * with backoff, as where there is no key. */
+ * wait that ran out is the poll). Where the dialect can, the wait is only
+ * set up here and goes out with that attempt, in one round trip
+ * (DBL_S_WAKE_TAKE, queue_place.fuse_ms): a handed-over key is then taken
+ * up without a round trip of its own. A failure leaves this acquire
+ * polling with backoff, as where there is no key. */
 static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   dblock_client *cl = a->cl;
   int64_t ms = queue_alive_ms(cl, a->h) / 4;
@@ -512,16 +553,13 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
     }
   }
   if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
+  if (cl->defs[DBL_S_WAKE_TAKE].sql) {
+    a->q.fuse_ms = ms < 1 ? 1 : ms;
+    return;
+  }
   rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->e);
   a->q.key_fresh = a->q.has_key;
-  if (rc != 0 && rc != DBLOCK_ECANCELED) {
-    dbl_log(cl, DBLOCK_LOG_INFO, "lock '%s': waiting for its wake key failed (%s); polling",
-            a->name, a->e.msg);
-    memset(&a->e, 0, sizeof a->e);
-    a->wake = 0;
-    key_seat_leave(a);
-    backoff(a, now, deadline, cap_ms);
-  }
+  if (rc != 0 && rc != DBLOCK_ECANCELED) wake_give_up(a, now, deadline, cap_ms);
   /* (a cancel: the loop's next look at the flag returns) */
 }
 
@@ -599,6 +637,17 @@ static int acquire_wait(acq *a) {
       a->q.woken = a->q.woken || a->board_woken;
     }
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
+    a->q.fuse_ms = 0;
+    if (a->q.fuse_miss) {
+      /* A fused wait without the key: no attempt was made. It ran out —
+       * the poll, attempt now — or it failed: poll from now on. */
+      a->q.fuse_miss = 0;
+      if (rc == DBLOCK_EBUSY) continue;
+      if (rc != DBLOCK_ECANCELED) {
+        wake_give_up(a, dbl_mono_ms(), deadline, &cap_ms);
+        continue;
+      }
+    }
     a->tries++;
     a->q.key_fresh = 0;
     if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;

@@ -89,6 +89,7 @@ int dbl_err_set(dbl_err *e, int code, const char *sqlstate, int native,
   e->code = code;
   snprintf(e->sqlstate, sizeof e->sqlstate, "%s", sqlstate ? sqlstate : "");
   e->native = native;
+  e->stmt = 0;
   va_start(ap, fmt);
   vsnprintf(e->msg, sizeof e->msg, fmt, ap);
   va_end(ap);

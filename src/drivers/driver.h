@@ -32,6 +32,8 @@ typedef struct dbl_err {
   char sqlstate[6];
   int native;
   char msg[512];
+  int stmt; /* a pipeline's error: which of its statements (0-based) failed;
+               dbl_err_set makes it 0 */
 } dbl_err;
 
 typedef enum dbl_ptype { DBL_P_NULL = 0, DBL_P_I64, DBL_P_TEXT } dbl_ptype;
@@ -106,7 +108,8 @@ typedef struct dbl_driver {
 
   /* Runs several statements; the result of the last one goes to res. A
    * driver that can pipeline sends them in one round trip; others run them
-   * one by one. Stops at the first error. */
+   * one by one. Stops at the first error (a statement after it does not
+   * run), and says in e->stmt which one it was. */
   int (*pipeline)(dbl_conn *c, const dbl_stmt *stmts, int n, dbl_res *res,
                   dbl_err *e);
 

@@ -264,7 +264,10 @@ static int my_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
   for (int i = 0; i < n; i++) {
     int rc = my_query(c, s[i].sql, s[i].params, s[i].nparams,
                       i == n - 1 ? res : NULL, e);
-    if (rc) return rc;
+    if (rc) {
+      e->stmt = i;
+      return rc;
+    }
   }
   return 0;
 }

@@ -264,6 +264,7 @@ static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
   if (!PQenterPipelineMode(c->pg)) return fail_res(c, NULL, e);
   for (i = 0; i < n && rc == 0; i++)
     rc = send_one(c, s[i].sql, s[i].params, s[i].nparams, 1, NULL, e);
+  if (rc) e->stmt = i - 1;
   if (rc == 0 && !PQpipelineSync(c->pg)) rc = fail_res(c, NULL, e);
   c->trips++;
   if (rc) {
@@ -274,15 +275,23 @@ static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
     while ((r = PQgetResult(c->pg)) != NULL) {
       ExecStatusType st = PQresultStatus(r);
       if (rc == 0 && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK &&
-          st != PGRES_PIPELINE_ABORTED)
+          st != PGRES_PIPELINE_ABORTED) {
         rc = fail_res(c, r, e);
-      else if (rc == 0 && i == n - 1 && res &&
-               (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) &&
-               take_rows(r, res))
+        e->stmt = i;
+      } else if (rc == 0 && i == n - 1 && res &&
+                 (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) && take_rows(r, res)) {
         rc = dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
+        e->stmt = i;
+      }
       PQclear(r);
     }
-    if (PQstatus(c->pg) == CONNECTION_BAD) break;
+    if (PQstatus(c->pg) == CONNECTION_BAD) {
+      if (rc == 0) {
+        rc = fail_res(c, NULL, e);
+        e->stmt = i; /* (it may or may not have run) */
+      }
+      break;
+    }
   }
   /* The Sync's own result. */
   while ((r = PQgetResult(c->pg)) != NULL) {
@@ -290,8 +299,11 @@ static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
     PQclear(r);
     if (st == PGRES_PIPELINE_SYNC) break;
   }
-  if (!PQexitPipelineMode(c->pg) && rc == 0) rc = fail_res(c, NULL, e);
-  if (rc == 0 && PQstatus(c->pg) == CONNECTION_BAD) rc = fail_res(c, NULL, e);
+  /* (every statement answered: an error now is the last one's) */
+  if ((!PQexitPipelineMode(c->pg) || PQstatus(c->pg) == CONNECTION_BAD) && rc == 0) {
+    rc = fail_res(c, NULL, e);
+    e->stmt = n - 1;
+  }
   if (rc && res) dbl_res_clear(res);
   return rc;
 }

@@ -276,6 +276,16 @@ static const char WAKE_WAIT[] =
     "GREATEST(1, ?::int8 / 1000)::text, true), " PG_WAKE_KEY("?::text") ") "
     "SELECT 1, pg_advisory_lock(t.a, t.b) FROM t";
 static const char WAKE_DROP[] = "SELECT pg_advisory_unlock(" PG_WAKE_KEY("?::text") ")";
+/* The same wait ahead of an attempt, in one pipeline (so one implicit
+ * transaction: lock.c fused waits): once it has the key it puts back the
+ * lock_timeout it found, the session's, for the attempt after it. Each
+ * CTE reads the one before it, which orders the three steps. */
+static const char WAKE_TAKE[] =
+    "WITH o (v) AS MATERIALIZED (SELECT current_setting('lock_timeout')), "
+    "t (s, a, b, v) AS MATERIALIZED (SELECT set_config('lock_timeout', "
+    "GREATEST(1, ?::int8 / 1000)::text, true), " PG_WAKE_KEY("?::text") ", o.v FROM o), "
+    "k (l, v) AS MATERIALIZED (SELECT pg_advisory_lock(t.a, t.b), t.v FROM t) "
+    "SELECT 1, set_config('lock_timeout', k.v, true) FROM k";
 
 /* Dead tickets (their waiter stopped refreshing them). Params: grace µs. */
 static const char QUEUE_REAP[] =
@@ -440,6 +450,7 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_QUEUE_REAP] = {QUEUE_REAP, NULL, 0, DBL_OUT_NONE},
     [DBL_S_WAKE_WAIT] = {WAKE_WAIT, "100", 1, DBL_OUT_NONE},
     [DBL_S_WAKE_DROP] = {WAKE_DROP, "00", 0, DBL_OUT_NONE},
+    [DBL_S_WAKE_TAKE] = {WAKE_TAKE, "100", 1, DBL_OUT_NONE},
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_LIST] = {MIG_LIST, NULL, 1, DBL_OUT_NONE},
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},

@@ -145,6 +145,13 @@ typedef enum dbl_sid {
    * key). NULL: none. */
   DBL_S_WAKE_WAIT,
   DBL_S_WAKE_DROP,
+  /* The wait for the wake key sent in one round trip ahead of an attempt
+   * (dbl_sql_run_after): it must fail when the wait runs out (busy), so
+   * that the attempt runs only with the key held, and leave the
+   * attempt's own settings as they were. Params: as WAIT. NULL: the
+   * dialect cannot (MariaDB: GET_LOCK answers 0, and its driver sends
+   * statements one by one), and waiters wait, then attempt. */
+  DBL_S_WAKE_TAKE,
   DBL_S_COUNT
 } dbl_sid;
 
@@ -199,6 +206,12 @@ int dbl_sql_run(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp, d
  * driver (dbl_driver.lock_begin) with row-lock waits of wait_ms. */
 int dbl_sql_run_locking(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp,
                         int64_t wait_ms, dbl_out *o);
+/* Runs statement pre (params pp) and then id as dbl_sql_run does, in one
+ * pipeline: id runs only if pre succeeded, which *pre_ran says (also when
+ * id then failed). */
+int dbl_sql_run_after(const dbl_sqlrun *x, dbl_sid pre, const dbl_param *pp, int npp,
+                      int *pre_ran, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o,
+                      int keep);
 /* Runs a parameterless statement as a script (SET, multi-statement);
  * 0 without a round trip where the dialect has none. */
 int dbl_sql_script(const dbl_sqlrun *x, dbl_sid id);

@@ -20,7 +20,10 @@ static dbl_sqlrun runner(const dbl_op *op) {
 
 int dbl_run(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o, int keep) {
   dbl_sqlrun x = runner(op);
-  return dbl_sql_run(&x, id, lp, nlp, o, keep);
+  int np = op->pre.np;
+  if (!np) return dbl_sql_run(&x, id, lp, nlp, o, keep);
+  op->pre.np = 0; /* (sent once: ahead of the first statement only) */
+  return dbl_sql_run_after(&x, op->pre.id, op->pre.p, np, &op->pre.ran, id, lp, nlp, o, keep);
 }
 
 int dbl_run_locking(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, int64_t wait_ms,

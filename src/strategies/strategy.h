@@ -73,6 +73,16 @@ typedef struct dbl_op {
      * look at the row (deleted meanwhile?). */
     int board_woken;
   } q;
+  /* A statement the core sends ahead of the acquire's first, in the same
+   * round trip, which must succeed for that one to run (the wait for the
+   * wake key, DBL_S_WAKE_TAKE: lock.c). In: id and params (np 0: none);
+   * dbl_run consumes it. Out: ran, 1 when it succeeded. */
+  struct {
+    dbl_sid id;
+    dbl_param p[2];
+    int np;
+    int ran;
+  } pre;
   dbl_err *e;
 } dbl_op;
 
