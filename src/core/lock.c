@@ -100,6 +100,12 @@ typedef struct queue_place {
   dbl_pconn *kc;
   int has_key;
   int key_fresh; /* the key came since the last attempt (one attempt) */
+  /* kc may hold the key unknown to us: a wait for it failed (PostgreSQL's
+   * lock timeout can fire as the key is granted, and a session lock
+   * outlives the error). The next statement on kc gives up what its
+   * session holds first (an attempt: DBL_S_WAKE_DROP ahead of it; a wait:
+   * its own first step), and so does the end of the acquire. */
+  int kc_unsure;
   /* > 0: the next attempt first waits this long for the key, in the same
    * round trip (DBL_S_WAKE_TAKE), and runs only once it has it; fuse_miss
    * then says that the wait did not get the key (ran out, or failed), so
@@ -211,6 +217,14 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   op->q.wake_key = reentrant || qp->has_key || fuse_ms ? NULL : qp->key;
   op->q.has_key = !reentrant && ((qp->has_key && qp->key_fresh) || fuse_ms);
   op->q.board_woken = qp->woken;
+  if (!fuse_ms && qp->kc_unsure && pc == qp->kc) {
+    /* (an attempt on a connection that may hold the key since a wait
+     * failed: it gives up what its session holds first, or a grant would
+     * keep a key nobody knows of) */
+    op->pre.id = DBL_S_WAKE_DROP;
+    op->pre.p[0] = DBL_STR(qp->key);
+    op->pre.np = 1;
+  }
   if (fuse_ms) {
     /* The attempt runs only once the key is ours: it is the key's holder,
      * just handed the key. Sent once (retries below are plain). */
@@ -230,8 +244,10 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   qp->ticket = op->q.ticket;
   if (fuse_ms) {
     qp->has_key = qp->key_fresh = op->pre.ran;
-    qp->fuse_miss = !op->pre.ran;
+    qp->fuse_miss = qp->kc_unsure = !op->pre.ran;
     if (op->pre.ran) DBL_COUNT(cl, wakeups);
+  } else if (op->pre.ran) {
+    qp->kc_unsure = 0;
   }
   return rc;
 }
@@ -255,11 +271,11 @@ static void attempt_done(dblock_client *cl, struct dbl_held *h, dbl_pconn *pc, i
       dbl_pool_put(cl, pc);
     }
     qp->kc = NULL;
-    qp->has_key = 0;
+    qp->has_key = qp->kc_unsure = 0;
   } else if (rc == DBLOCK_ECONN || cl->drv->broken(pc->c)) {
     dbl_pool_discard(cl, pc); /* (its session, and the key, end) */
     qp->kc = NULL;
-    qp->has_key = 0;
+    qp->has_key = qp->kc_unsure = 0;
   }
 }
 
@@ -268,7 +284,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
                    int64_t wait_ms, uint64_t hash, queue_place *qp, int *taken, dbl_err *e) {
   dbl_pconn *pc = qp->kc;
   dbl_op op;
-  int rc, pins = cl->strat->pins_connection, slot = -1;
+  int rc, pins = cl->strat->pins_connection, slot = -1, soft = 0;
   int64_t sent;
   if (!pc && (rc = dbl_pool_get_by(cl, &pc, pins, 0, e)) != 0) return rc;
   if (qp->fuse_ms) qp->kc = pc; /* (the connection that will hold the key) */
@@ -285,10 +301,20 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
   }
   /* A wait in the server is where a cancel must reach in: register the
    * connection with dblock_client_cancel (or, with no slot free, wait in
-   * short pieces and let the loop look at the flag between them). */
-  if ((wait_ms != 0 || qp->fuse_ms) && (slot = dbl_cancel_watch(cl, pc)) < 0) {
-    if (wait_ms > DBL_CANCEL_PIECE_MS) wait_ms = DBL_CANCEL_PIECE_MS;
-    if (qp->fuse_ms > DBL_CANCEL_PIECE_MS) qp->fuse_ms = DBL_CANCEL_PIECE_MS;
+   * short pieces and let the loop look at the flag between them). A wait
+   * for the wake key with the grant behind it must not be cut — the
+   * server would still run the grant once the key came, for a caller told
+   * "cancelled" — so there the cancel asks the server to end the call
+   * (soft), and the call returns what the server did. */
+  if (qp->fuse_ms) {
+    if (cl->drv->cancel_request) atomic_store(&pc->cancel_soft, soft = 1);
+    if (!soft || (slot = dbl_cancel_watch(cl, pc)) < 0) {
+      atomic_store(&pc->cancel_soft, soft = 0);
+      if (qp->fuse_ms > DBL_CANCEL_PIECE_MS) qp->fuse_ms = DBL_CANCEL_PIECE_MS;
+    }
+  } else if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 &&
+             wait_ms > DBL_CANCEL_PIECE_MS) {
+    wait_ms = DBL_CANCEL_PIECE_MS;
   }
   /* (A cancel that came before the registration found no slot: look at
    * the flag after it — one side always sees the other.) */
@@ -324,15 +350,26 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
       rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
     }
   }
-  if (dbl_cancel_unwatch(cl, slot, pc)) {
+  if (dbl_cancel_unwatch(cl, slot, pc) && !(soft && rc == 0)) {
     /* The cancel may have cut this connection, even after a grant came
      * back: closing it ends the session, and with it any row lock it took
-     * (only the strategies that wait in the server are watched, and they
-     * hold their lock through the session). */
+     * (the strategies that wait in the server hold their lock through the
+     * session). A soft cancel ended the call in the server: no grant. */
+    atomic_store(&pc->cancel_soft, 0);
     dbl_pool_discard_cancelled(cl, pc);
-    if (pc == qp->kc) qp->kc = NULL, qp->has_key = 0;
+    if (pc == qp->kc) qp->kc = NULL, qp->has_key = qp->kc_unsure = 0;
     return DBLOCK_ECANCELED;
   }
+  if (soft && dbl_cancelled(cl)) {
+    /* The grant completed before the cancel reached the server: it stands
+     * (the caller gets it). Its connection does not: a cancel request may
+     * still arrive, on a later statement. It keeps the key until the
+     * release, which then closes it. */
+    dbl_lock(cl);
+    pc->interrupted = 1;
+    dbl_unlock(cl);
+  }
+  atomic_store(&pc->cancel_soft, 0);
   /* A server-side lock wait that ran out (PostgreSQL lock_timeout, MySQL
    * max_statement_time) means the row was locked by someone else, and a
    * deadlock victim (InnoDB 1213, PostgreSQL 40P01) changed nothing: both
@@ -557,7 +594,7 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
     a->q.fuse_ms = ms < 1 ? 1 : ms;
     return;
   }
-  rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->e);
+  rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->q.kc_unsure, &a->e);
   a->q.key_fresh = a->q.has_key;
   if (rc != 0 && rc != DBLOCK_ECANCELED) wake_give_up(a, now, deadline, cap_ms);
   /* (a cancel: the loop's next look at the flag returns) */
@@ -808,7 +845,7 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     /* (a grant took its ticket out of the queue in the same statement,
      * and its wake key with it) */
     if (a.q.ticket) dbl_queue_leave(cl, a.q.ticket);
-    dbl_wake_drop(cl, a.q.kc, a.key, a.q.has_key);
+    dbl_wake_drop(cl, a.q.kc, a.key, a.q.has_key || a.q.kc_unsure);
     key_seat_leave(&a);
     dbl_lock(cl);
     if (rc != 0) rc = acquire_fail(&a, rc);

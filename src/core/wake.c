@@ -51,7 +51,7 @@ void dbl_wake_key(const dblock_client *cl, const char *name, char out[DBL_WAKE_K
 }
 
 int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms, int *got,
-                  dbl_err *e) {
+                  int *unsure, dbl_err *e) {
   dbl_sqlrun x;
   dbl_param p[2];
   dbl_out o;
@@ -72,21 +72,23 @@ int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms
     if (rc == DBLOCK_EBUSY) {
       rc = 0; /* (PostgreSQL: the wait ran out, lock_timeout; the session goes on) */
       memset(e, 0, sizeof *e);
+      *unsure = 1;
     } else if (rc == 0) {
       *got = o.res.nrows == 1 && dbl_res_i64(&o.res, 0, 0) == 1;
+      if (*got) *unsure = 0;
       dbl_res_clear(&o.res);
     }
   }
   if (dbl_cancel_unwatch(cl, slot, *kc)) {
     dbl_pool_discard_cancelled(cl, *kc);
     *kc = NULL;
-    *got = 0;
+    *got = *unsure = 0;
     return DBLOCK_ECANCELED;
   }
   if (rc != 0) {
     dbl_pool_discard(cl, *kc); /* (a held key ends with the session) */
     *kc = NULL;
-    *got = 0;
+    *got = *unsure = 0;
     return rc;
   }
   if (*got) DBL_COUNT(cl, wakeups);

@@ -26,9 +26,11 @@ struct dbl_conn {
   int64_t lock_wait;  /* current lock_timeout in ms, -2 = unknown */
   int64_t idle_limit; /* idle_in_transaction_session_timeout set, -2 = unknown */
   int fd;             /* our duplicate of the socket (dbl_fd_dup), or -1 */
-  int dead;           /* closed by the server while idle */
+  int dead;           /* closed by the server while idle, or left unusable
+                         (a pipeline that could not be sent) */
   int pooled;         /* behind a transaction-pooling proxy (PgBouncer):
                          no named prepared statements, no session settings */
+  PGcancel *cancel;   /* for pg_cancel_request; NULL if libpq had none */
 };
 
 /* Maps a SQLSTATE to a dblock code (BACKENDS.md's table). */
@@ -264,11 +266,16 @@ static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
   if (!PQenterPipelineMode(c->pg)) return fail_res(c, NULL, e);
   for (i = 0; i < n && rc == 0; i++)
     rc = send_one(c, s[i].sql, s[i].params, s[i].nparams, 1, NULL, e);
-  if (rc) e->stmt = i - 1;
   if (rc == 0 && !PQpipelineSync(c->pg)) rc = fail_res(c, NULL, e);
   c->trips++;
   if (rc) {
+    /* No Sync went out, so nothing committed, but a statement that
+     * reached the server may have started (a session lock it takes would
+     * outlive it), and libpq stays in pipeline mode: the connection is of
+     * no further use, and closing it ends whatever started. */
     PQexitPipelineMode(c->pg);
+    c->dead = 1;
+    e->stmt = 0;
     return rc;
   }
   for (i = 0; i < n; i++) {
@@ -388,7 +395,16 @@ static int pg_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
   if (c->lock_wait == eff || c->pooled) return 0; /* (pooled: see pg_connect) */
   snprintf(v, sizeof v, "%lldms", (long long)eff);
   p = DBL_STR(v);
-  rc = pg_query(c, "SELECT set_config('lock_timeout', ?, false)", &p, 1, NULL, e);
+  /* With it (once per connection), READ COMMITTED, which the statements
+   * are written for, whatever a role or database default says: each
+   * statement sees what committed before it, and one that finds a row
+   * changed since its snapshot re-reads it instead of failing. A waiter's
+   * attempt shares a transaction with its wait for the wake key (lock.c),
+   * and a snapshot from before that wait would fail every hand-over. */
+  rc = pg_query(c,
+                "SELECT set_config('lock_timeout', ?, false), "
+                "set_config('default_transaction_isolation', 'read committed', false)",
+                &p, 1, NULL, e);
   c->lock_wait = rc == 0 ? eff : -2;
   return rc;
 }
@@ -407,6 +423,7 @@ static uint64_t pg_trips(dbl_conn *c) { return c->trips; }
 static void pg_close(dbl_conn *c) {
   if (!c) return;
   dbl_cache_clear(&c->cache, free);
+  if (c->cancel) PQfreeCancel(c->cancel);
   if (c->pg) PQfinish(c->pg);
   if (c->fd >= 0) close(c->fd);
   if (c->secret) {
@@ -563,12 +580,21 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   }
   c->trips++;
   c->fd = dbl_fd_dup(PQsocket(c->pg));
+  c->cancel = PQgetCancel(c->pg);
   *out = c;
   return 0;
 }
 
 /* libpq then reports the connection lost. */
 static void pg_interrupt(dbl_conn *c) { dbl_fd_cut(c->fd); }
+
+/* PQcancel is safe in a signal handler with a buffer on the stack (it
+ * reads the PGcancel only). Without one (out of memory at connect), the
+ * connection is cut: its call then fails, and it is never reused. */
+static void pg_cancel_request(dbl_conn *c) {
+  char buf[256];
+  if (!c->cancel || !PQcancel(c->cancel, buf, (int)sizeof buf)) dbl_fd_cut(c->fd);
+}
 
 /* The session's idle-in-transaction limit (a user may set it: USERSET).
  * A role or server value shorter than the lock's pings would end the lock
@@ -679,6 +705,7 @@ const dbl_driver dbl_driver_pg = {
     .set_autocommit = pg_set_autocommit,
     .interrupt = pg_interrupt,
     .cancel = pg_interrupt, /* shutdown(2): async-signal-safe */
+    .cancel_request = pg_cancel_request,
     .lock_begin = pg_lock_begin,
     .idle_guard = pg_idle_guard,
     .probe = pg_probe,
