@@ -3,7 +3,7 @@
  * thread or from a signal handler.
  *
  * What a cancel must reach, and how, using only async-signal-safe means
- * (an atomic store, write(2), shutdown(2), PQcancel):
+ * (an atomic store, write(2), shutdown(2)):
  *   - a polling waiter asleep between attempts: it sleeps in poll(2) on the
  *     read end of the client's cancel pipe, which a cancel makes readable
  *     (and which stays readable until dblock_client_cancel_clear drains it);
@@ -11,11 +11,7 @@
  *     connection is registered in a slot for the length of that call, and
  *     the cancel wakes it through the driver's cancel hook (the socket shut
  *     down; SQLite: a flag its busy handler reads). Such a connection is
- *     never reused. A call whose answer must come back (a grant queued
- *     behind a wait for the wake key: cut, the server would still run it)
- *     is marked cancel_soft, and the cancel asks the server to end it
- *     (PostgreSQL's cancel request, which libpq makes safe in a signal
- *     handler): the call then returns whatever the server did.
+ *     never reused.
  *   - everything else: the acquire loop looks at the flag before each
  *     attempt and after each sleep.
  * Slots hold a dbl_pconn pointer; a canceller marks the slot (low bit)
@@ -61,12 +57,8 @@ int dblock_client_cancel(dblock_client *cl) {
      * cut, so the owner can never miss that its connection is dead. */
     if (atomic_load(&cl->cancelled)) {
       dbl_pconn *pc = (dbl_pconn *)v;
-      if (atomic_load(&pc->cancel_soft) && cl->drv->cancel_request) {
-        cl->drv->cancel_request(pc->c);
-      } else {
-        atomic_store(&pc->cancel_cut, 1);
-        cl->drv->cancel(pc->c);
-      }
+      atomic_store(&pc->cancel_cut, 1);
+      cl->drv->cancel(pc->c);
     }
     atomic_store(&cl->cancel_slot[i], v);
   }

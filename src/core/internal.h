@@ -29,10 +29,6 @@ typedef struct dbl_pconn {
   int64_t call_deadline_ms;
   int interrupted;
   atomic_int cancel_cut; /* dblock_client_cancel shut it down (cancel.c) */
-  /* Set by the thread using it for one call: a cancel asks the server to
-   * end that call (drv->cancel_request) instead of cutting it, so that
-   * the call's answer still comes back. */
-  atomic_int cancel_soft;
   struct dbl_pconn *next;
 } dbl_pconn;
 
@@ -370,13 +366,10 @@ uint64_t dbl_parts_hash(const char *const *parts, int n);
 void dbl_wake_key(const dblock_client *cl, const char *name, char out[DBL_WAKE_KEY_MAX]);
 /* Waits up to ms in the server for key on *kc (borrowed first if NULL,
  * then kept by the caller); *got: 1 if it came (counted as a wake-up). A
- * wait that ran out with an error (PostgreSQL's lock timeout, which can
- * fire as the key is granted: the session then holds it) sets *unsure,
- * one that got the key clears it (the wait gives up whatever its session
- * held first). A cancel reaches the wait. On failure *kc has been closed
- * and set NULL (its session, and any key it held, gone). */
+ * cancel reaches the wait. On failure *kc has been closed and set NULL
+ * (its session, and any key it held, gone). */
 int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms, int *got,
-                  int *unsure, dbl_err *e);
+                  dbl_err *e);
 /* Gives up key (held: kc holds it) and returns kc to the pool; closes kc
  * instead when that fails. NULL kc: nothing. */
 void dbl_wake_drop(dblock_client *cl, dbl_pconn *kc, const char *key, int held);

@@ -58,6 +58,9 @@ static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
  * died with its turn delays the name that long at most. */
 #define ALIVE_MS 1000
 #define TURN_MS 100
+/* The longest wait for the wake key sent with the attempt behind it (no
+ * cancel can cut it short: see attempt). */
+#define FUSE_MAX_MS 250
 /* How long the first waiter of a client waits for its listener to start. */
 #define LISTEN_WAIT_MS 1000
 
@@ -217,7 +220,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   op->q.wake_key = reentrant || qp->has_key || fuse_ms ? NULL : qp->key;
   op->q.has_key = !reentrant && ((qp->has_key && qp->key_fresh) || fuse_ms);
   op->q.board_woken = qp->woken;
-  if (!fuse_ms && qp->kc_unsure && pc == qp->kc) {
+  if (!fuse_ms && qp->kc_unsure && pc == qp->kc && qp->key) {
     /* (an attempt on a connection that may hold the key since a wait
      * failed: it gives up what its session holds first, or a grant would
      * keep a key nobody knows of) */
@@ -284,7 +287,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
                    int64_t wait_ms, uint64_t hash, queue_place *qp, int *taken, dbl_err *e) {
   dbl_pconn *pc = qp->kc;
   dbl_op op;
-  int rc, pins = cl->strat->pins_connection, slot = -1, soft = 0;
+  int rc, pins = cl->strat->pins_connection, slot = -1;
   int64_t sent;
   if (!pc && (rc = dbl_pool_get_by(cl, &pc, pins, 0, e)) != 0) return rc;
   if (qp->fuse_ms) qp->kc = pc; /* (the connection that will hold the key) */
@@ -301,21 +304,13 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
   }
   /* A wait in the server is where a cancel must reach in: register the
    * connection with dblock_client_cancel (or, with no slot free, wait in
-   * short pieces and let the loop look at the flag between them). A wait
-   * for the wake key with the grant behind it must not be cut — the
+   * short pieces and let the loop look at the flag between them). Not a
+   * wait for the wake key with the grant behind it (fuse_ms): cut, the
    * server would still run the grant once the key came, for a caller told
-   * "cancelled" — so there the cancel asks the server to end the call
-   * (soft), and the call returns what the server did. */
-  if (qp->fuse_ms) {
-    if (cl->drv->cancel_request) atomic_store(&pc->cancel_soft, soft = 1);
-    if (!soft || (slot = dbl_cancel_watch(cl, pc)) < 0) {
-      atomic_store(&pc->cancel_soft, soft = 0);
-      if (qp->fuse_ms > DBL_CANCEL_PIECE_MS) qp->fuse_ms = DBL_CANCEL_PIECE_MS;
-    }
-  } else if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 &&
-             wait_ms > DBL_CANCEL_PIECE_MS) {
+   * "cancelled". That wait is bounded (FUSE_MAX_MS), and the loop looks
+   * at the flag after it. */
+  if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 && wait_ms > DBL_CANCEL_PIECE_MS)
     wait_ms = DBL_CANCEL_PIECE_MS;
-  }
   /* (A cancel that came before the registration found no slot: look at
    * the flag after it — one side always sees the other.) */
   if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
@@ -350,26 +345,15 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
       rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
     }
   }
-  if (dbl_cancel_unwatch(cl, slot, pc) && !(soft && rc == 0)) {
+  if (dbl_cancel_unwatch(cl, slot, pc)) {
     /* The cancel may have cut this connection, even after a grant came
      * back: closing it ends the session, and with it any row lock it took
-     * (the strategies that wait in the server hold their lock through the
-     * session). A soft cancel ended the call in the server: no grant. */
-    atomic_store(&pc->cancel_soft, 0);
+     * (only the strategies that wait in the server are watched, and they
+     * hold their lock through the session). */
     dbl_pool_discard_cancelled(cl, pc);
     if (pc == qp->kc) qp->kc = NULL, qp->has_key = qp->kc_unsure = 0;
     return DBLOCK_ECANCELED;
   }
-  if (soft && dbl_cancelled(cl)) {
-    /* The grant completed before the cancel reached the server: it stands
-     * (the caller gets it). Its connection does not: a cancel request may
-     * still arrive, on a later statement. It keeps the key until the
-     * release, which then closes it. */
-    dbl_lock(cl);
-    pc->interrupted = 1;
-    dbl_unlock(cl);
-  }
-  atomic_store(&pc->cancel_soft, 0);
   /* A server-side lock wait that ran out (PostgreSQL lock_timeout, MySQL
    * max_statement_time) means the row was locked by someone else, and a
    * deadlock victim (InnoDB 1213, PostgreSQL 40P01) changed nothing: both
@@ -412,6 +396,7 @@ typedef struct acq {
   int head_busy;         /* the last attempt, with the key, found it busy */
   int key_seat;          /* counted in cl->key_waiters (until the end) */
   int key_first;         /* waited for the key before the first attempt */
+  int64_t tried_ms;      /* when the last attempt ran (monotonic ms) */
   char key[DBL_WAKE_KEY_MAX];
   int board;             /* waiters sleep on the wake board (board.c) */
   int board_looked;      /* a fresh acquire looked whether to queue first */
@@ -552,13 +537,17 @@ static void key_seat_leave(acq *a) {
   a->key_seat = 0;
 }
 
-/* This acquire waits for its key no more (a wait that failed): it polls
+/* This acquire waits for its key no more (a wait that failed): it gives
+ * up its waiting connection (and any key that may be on it) and polls
  * with backoff from now on, as where there is no key. */
 static void wake_give_up(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   dbl_log(a->cl, DBLOCK_LOG_INFO, "lock '%s': waiting for its wake key failed (%s); polling",
           a->name, a->e.msg);
   memset(&a->e, 0, sizeof a->e);
   a->wake = 0;
+  dbl_wake_drop(a->cl, a->q.kc, a->key, a->q.has_key || a->q.kc_unsure);
+  a->q.kc = NULL;
+  a->q.has_key = a->q.kc_unsure = 0;
   key_seat_leave(a);
   backoff(a, now, deadline, cap_ms);
 }
@@ -591,10 +580,10 @@ static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
   }
   if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
   if (cl->defs[DBL_S_WAKE_TAKE].sql) {
-    a->q.fuse_ms = ms < 1 ? 1 : ms;
+    a->q.fuse_ms = ms < 1 ? 1 : ms > FUSE_MAX_MS ? FUSE_MAX_MS : ms;
     return;
   }
-  rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->q.kc_unsure, &a->e);
+  rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->e);
   a->q.key_fresh = a->q.has_key;
   if (rc != 0 && rc != DBLOCK_ECANCELED) wake_give_up(a, now, deadline, cap_ms);
   /* (a cancel: the loop's next look at the flag returns) */
@@ -677,14 +666,21 @@ static int acquire_wait(acq *a) {
     a->q.fuse_ms = 0;
     if (a->q.fuse_miss) {
       /* A fused wait without the key: no attempt was made. It ran out —
-       * the poll, attempt now — or it failed: poll from now on. */
+       * the poll, attempt now, or wait again if the last attempt was
+       * less than a poll window ago (a fused wait is capped shorter) — or
+       * it failed: poll from now on. */
       a->q.fuse_miss = 0;
-      if (rc == DBLOCK_EBUSY) continue;
+      if (rc == DBLOCK_EBUSY) {
+        now = dbl_mono_ms();
+        if (now - a->tried_ms < queue_alive_ms(cl, a->h) / 4) wake_wait(a, now, deadline, &cap_ms);
+        continue;
+      }
       if (rc != DBLOCK_ECANCELED) {
         wake_give_up(a, dbl_mono_ms(), deadline, &cap_ms);
         continue;
       }
     }
+    a->tried_ms = dbl_mono_ms();
     a->tries++;
     a->q.key_fresh = 0;
     if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;

@@ -21,6 +21,11 @@
  * out without a release, or a key holder that stalled, is noticed at the
  * next poll. Nothing here decides who holds a lock: exclusion and fences
  * stay with the row, and every failure here falls back to polling.
+ *
+ * On PostgreSQL a waiter does not wait here: its wait for the key goes
+ * out with its attempt, in one round trip (DBL_S_WAKE_TAKE, lock.c's
+ * fused waits), so a waiter handed the key is granted without a round
+ * trip of its own. This file then only names keys and gives them up.
  */
 #include <stdio.h>
 #include <string.h>
@@ -28,7 +33,8 @@
 #include "internal.h"
 
 int dbl_wake_possible(const dblock_client *cl) {
-  return !cl->strat->pins_connection && cl->defs[DBL_S_WAKE_WAIT].sql != NULL &&
+  return !cl->strat->pins_connection &&
+         (cl->defs[DBL_S_WAKE_WAIT].sql != NULL || cl->defs[DBL_S_WAKE_TAKE].sql != NULL) &&
          !dbl_url_param(&cl->url, "pooler") && !(cl->opts.fair && dbl_queue_possible(cl));
 }
 
@@ -51,7 +57,7 @@ void dbl_wake_key(const dblock_client *cl, const char *name, char out[DBL_WAKE_K
 }
 
 int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms, int *got,
-                  int *unsure, dbl_err *e) {
+                  dbl_err *e) {
   dbl_sqlrun x;
   dbl_param p[2];
   dbl_out o;
@@ -69,26 +75,21 @@ int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms
     p[0] = DBL_STR(key);
     p[1] = DBL_I64(ms * 1000);
     rc = dbl_call_check(cl, *kc, dbl_sql_run(&x, DBL_S_WAKE_WAIT, p, 2, &o, 1), e);
-    if (rc == DBLOCK_EBUSY) {
-      rc = 0; /* (PostgreSQL: the wait ran out, lock_timeout; the session goes on) */
-      memset(e, 0, sizeof *e);
-      *unsure = 1;
-    } else if (rc == 0) {
+    if (rc == 0) {
       *got = o.res.nrows == 1 && dbl_res_i64(&o.res, 0, 0) == 1;
-      if (*got) *unsure = 0;
       dbl_res_clear(&o.res);
     }
   }
   if (dbl_cancel_unwatch(cl, slot, *kc)) {
     dbl_pool_discard_cancelled(cl, *kc);
     *kc = NULL;
-    *got = *unsure = 0;
+    *got = 0;
     return DBLOCK_ECANCELED;
   }
   if (rc != 0) {
     dbl_pool_discard(cl, *kc); /* (a held key ends with the session) */
     *kc = NULL;
-    *got = *unsure = 0;
+    *got = 0;
     return rc;
   }
   if (*got) DBL_COUNT(cl, wakeups);

@@ -22,7 +22,7 @@
 #include "../core/url.h"
 #include "dblock.h"
 
-#define DBL_DRIVER_VERSION 8
+#define DBL_DRIVER_VERSION 7
 
 typedef enum dbl_dialect { DBL_PG = 1, DBL_MY = 2, DBL_LITE = 3 } dbl_dialect;
 
@@ -205,14 +205,6 @@ typedef struct dbl_driver {
    * that is a file on this host. 0, or -1 (no board: the waiters poll).
    * NULL for a server. */
   int (*board_path)(const dbl_url *u, char *out, size_t n);
-  /* ---- version 8 ---- */
-  /* Asks the server to end the statement running on c (PostgreSQL's
-   * cancel request, on a connection of its own), from another thread or a
-   * signal handler. The call on c then returns as the server answers: its
-   * result if it completed first, else the server's error. A request can
-   * arrive late, on a later statement: c must not be reused. NULL: none
-   * (the core cuts instead, or does not wait in the server long). */
-  void (*cancel_request)(dbl_conn *c);
 } dbl_driver;
 
 extern const dbl_driver dbl_driver_pg;

@@ -27,10 +27,9 @@ struct dbl_conn {
   int64_t idle_limit; /* idle_in_transaction_session_timeout set, -2 = unknown */
   int fd;             /* our duplicate of the socket (dbl_fd_dup), or -1 */
   int dead;           /* closed by the server while idle, or left unusable
-                         (a pipeline that could not be sent) */
+                         (a pipeline that could not be sent or ended) */
   int pooled;         /* behind a transaction-pooling proxy (PgBouncer):
                          no named prepared statements, no session settings */
-  PGcancel *cancel;   /* for pg_cancel_request; NULL if libpq had none */
 };
 
 /* Maps a SQLSTATE to a dblock code (BACKENDS.md's table). */
@@ -300,16 +299,31 @@ static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
       break;
     }
   }
-  /* The Sync's own result. */
-  while ((r = PQgetResult(c->pg)) != NULL) {
-    ExecStatusType st = PQresultStatus(r);
+  /* The Sync's own result. An error before it is the commit's (a NULL
+   * follows it, then the Sync's result); two NULLs in a row: nothing more
+   * is coming. Every statement answered, so such an error is the last
+   * one's. */
+  for (int nulls = 0; nulls < 2 && PQstatus(c->pg) != CONNECTION_BAD;) {
+    ExecStatusType st;
+    if ((r = PQgetResult(c->pg)) == NULL) {
+      nulls++;
+      continue;
+    }
+    nulls = 0;
+    st = PQresultStatus(r);
+    if (rc == 0 && st == PGRES_FATAL_ERROR) {
+      rc = fail_res(c, r, e);
+      e->stmt = n - 1;
+    }
     PQclear(r);
     if (st == PGRES_PIPELINE_SYNC) break;
   }
-  /* (every statement answered: an error now is the last one's) */
-  if ((!PQexitPipelineMode(c->pg) || PQstatus(c->pg) == CONNECTION_BAD) && rc == 0) {
-    rc = fail_res(c, NULL, e);
-    e->stmt = n - 1;
+  if (!PQexitPipelineMode(c->pg) || PQstatus(c->pg) == CONNECTION_BAD) {
+    c->dead = 1; /* (still in pipeline mode, or lost: of no further use) */
+    if (rc == 0) {
+      rc = fail_res(c, NULL, e);
+      e->stmt = n - 1;
+    }
   }
   if (rc && res) dbl_res_clear(res);
   return rc;
@@ -423,7 +437,6 @@ static uint64_t pg_trips(dbl_conn *c) { return c->trips; }
 static void pg_close(dbl_conn *c) {
   if (!c) return;
   dbl_cache_clear(&c->cache, free);
-  if (c->cancel) PQfreeCancel(c->cancel);
   if (c->pg) PQfinish(c->pg);
   if (c->fd >= 0) close(c->fd);
   if (c->secret) {
@@ -580,21 +593,12 @@ static int pg_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
   }
   c->trips++;
   c->fd = dbl_fd_dup(PQsocket(c->pg));
-  c->cancel = PQgetCancel(c->pg);
   *out = c;
   return 0;
 }
 
 /* libpq then reports the connection lost. */
 static void pg_interrupt(dbl_conn *c) { dbl_fd_cut(c->fd); }
-
-/* PQcancel is safe in a signal handler with a buffer on the stack (it
- * reads the PGcancel only). Without one (out of memory at connect), the
- * connection is cut: its call then fails, and it is never reused. */
-static void pg_cancel_request(dbl_conn *c) {
-  char buf[256];
-  if (!c->cancel || !PQcancel(c->cancel, buf, (int)sizeof buf)) dbl_fd_cut(c->fd);
-}
 
 /* The session's idle-in-transaction limit (a user may set it: USERSET).
  * A role or server value shorter than the lock's pings would end the lock
@@ -705,7 +709,6 @@ const dbl_driver dbl_driver_pg = {
     .set_autocommit = pg_set_autocommit,
     .interrupt = pg_interrupt,
     .cancel = pg_interrupt, /* shutdown(2): async-signal-safe */
-    .cancel_request = pg_cancel_request,
     .lock_begin = pg_lock_begin,
     .idle_guard = pg_idle_guard,
     .probe = pg_probe,

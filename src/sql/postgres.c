@@ -267,10 +267,13 @@ static const char QUEUE_LEAVE[] =
     "RETURNING CASE WHEN q.channel <> '' THEN pg_notify(q.channel, q.ticket::text) END, "
     "set_config('synchronous_commit', 'off', true)) "
     "SELECT (SELECT count(*) FROM n) FROM x";
-/* The wake key: wait up to the given µs for it (its lock_timeout is this
- * statement's transaction's alone; the CTE runs first because the lock's
- * arguments come from it). Answers one row (1) when it got the key; a
- * wait that ran out fails with 55P03 (busy). Params: key, µs.
+/* The wake key (src/core/lock.c waits for it with the attempt behind it,
+ * in one pipeline, one implicit transaction): wait up to the given µs for
+ * it — with a lock_timeout local to that transaction, put back to the one
+ * found (the session's) once the key came, for the attempt after it. A
+ * wait that ran out fails with 55P03 (busy), and the attempt does not
+ * run. Params: key, µs. Each CTE reads the one before it, which orders
+ * the steps.
  *
  * A lock timeout that fires as the lock is granted leaves it granted
  * (PostgreSQL's LockErrorCleanup), and a session-level advisory lock
@@ -279,17 +282,8 @@ static const char QUEUE_LEAVE[] =
  * unlock would not free it). A waiter's connection holds no other session
  * lock (dblock takes none elsewhere: the migration lock is transaction
  * level), so each wait first gives up whatever its session holds, and so
- * does DROP — which never warns, as unlocking a lock not held would. */
-static const char WAKE_WAIT[] =
-    "WITH t (s, a, b, u) AS MATERIALIZED (SELECT set_config('lock_timeout', "
-    "GREATEST(1, ?::int8 / 1000)::text, true), " PG_WAKE_KEY("?::text") ", "
-    "pg_advisory_unlock_all()) "
-    "SELECT 1, pg_advisory_lock(t.a, t.b) FROM t";
-static const char WAKE_DROP[] = "SELECT pg_advisory_unlock_all()";
-/* The same wait ahead of an attempt, in one pipeline (so one implicit
- * transaction: lock.c fused waits): once it has the key it puts back the
- * lock_timeout it found, the session's, for the attempt after it. Each
- * CTE reads the one before it, which orders the three steps. */
+ * does DROP — which never warns, as unlocking a lock not held would.
+ * (No WAIT alone: every wait goes with its attempt.) */
 static const char WAKE_TAKE[] =
     "WITH o (v, u) AS MATERIALIZED (SELECT current_setting('lock_timeout'), "
     "pg_advisory_unlock_all()), "
@@ -297,6 +291,7 @@ static const char WAKE_TAKE[] =
     "GREATEST(1, ?::int8 / 1000)::text, true), " PG_WAKE_KEY("?::text") ", o.v FROM o), "
     "k (l, v) AS MATERIALIZED (SELECT pg_advisory_lock(t.a, t.b), t.v FROM t) "
     "SELECT 1, set_config('lock_timeout', k.v, true) FROM k";
+static const char WAKE_DROP[] = "SELECT pg_advisory_unlock_all()";
 
 /* Dead tickets (their waiter stopped refreshing them). Params: grace µs. */
 static const char QUEUE_REAP[] =
@@ -459,7 +454,6 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_SERVER_NOW] = {NULL, NULL, 0, DBL_OUT_NONE}, /* RETURNING gives the expiry */
     [DBL_S_QUEUE_LEAVE] = {QUEUE_LEAVE, NULL, 1, DBL_OUT_NONE},
     [DBL_S_QUEUE_REAP] = {QUEUE_REAP, NULL, 0, DBL_OUT_NONE},
-    [DBL_S_WAKE_WAIT] = {WAKE_WAIT, "100", 1, DBL_OUT_NONE},
     [DBL_S_WAKE_DROP] = {WAKE_DROP, "", 0, DBL_OUT_NONE},
     [DBL_S_WAKE_TAKE] = {WAKE_TAKE, "100", 1, DBL_OUT_NONE},
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},

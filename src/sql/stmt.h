@@ -140,17 +140,18 @@ typedef enum dbl_sid {
   DBL_S_REAP_PICK,
   /* The wake key (src/core/wake.c), where the server has named session
    * locks (MariaDB's user locks, PostgreSQL's advisory locks): WAIT
-   * (params: key, µs; column 0: 1 got it, 0 the wait ran out — or, on
-   * PostgreSQL, no row and a busy error, lock_timeout) and DROP (params:
-   * key). NULL: none. */
+   * (params: key, µs; column 0: 1 got it, 0 the wait ran out) and DROP
+   * (params: key; gives up the key, or on PostgreSQL every session lock of
+   * the connection). A dialect has WAIT or TAKE (below); NULL both: no
+   * key. */
   DBL_S_WAKE_WAIT,
   DBL_S_WAKE_DROP,
   /* The wait for the wake key sent in one round trip ahead of an attempt
    * (dbl_sql_run_after): it must fail when the wait runs out (busy), so
    * that the attempt runs only with the key held, and leave the
-   * attempt's own settings as they were. Params: as WAIT. NULL: the
-   * dialect cannot (MariaDB: GET_LOCK answers 0, and its driver sends
-   * statements one by one), and waiters wait, then attempt. */
+   * attempt's own settings as they were. Params: as WAIT. PostgreSQL; not
+   * MariaDB (GET_LOCK answers 0, and its driver sends statements one by
+   * one), whose waiters wait, then attempt. */
   DBL_S_WAKE_TAKE,
   DBL_S_COUNT
 } dbl_sid;
