@@ -81,7 +81,7 @@ MIGRATIONS := $(wildcard migrations/*/*.sql)
 PROGRAMS  := $(B)/dblock $(B)/dblock-bank $(B)/dblock-reaper
 TESTS     := $(B)/test_url $(B)/test_driver $(B)/test_migrate $(B)/test_conformance $(B)/test_faults \
              $(B)/test_contention $(B)/test_bank $(B)/test_cli $(B)/test_reaper $(B)/test_topology
-HELPERS   :=
+HELPERS   := $(B)/lockhelper
 
 SONAME    := libdblock.so.$(SOMAJOR)
 

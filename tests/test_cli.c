@@ -334,7 +334,14 @@ static long holder_group(const holder *h) {
   int64_t end = tu_now_ms() + 5000;
   if (pg <= 1) fail_msg("bad process group '%s'", s);
   while (group_members(pg) < 3 && tu_now_ms() < end) tu_sleep_ms(10);
-  if (group_members(pg) < 3) fail_msg("expected sh, sleep and cat in group %ld", pg);
+  if (group_members(pg) < 3) {
+    /* Say what became of `dblock run` (a supervisor that died takes the
+     * group with it, by its guardian). */
+    const char *err = slurp(h->p.err_path);
+    fail_msg("expected sh, sleep and cat in group %ld (%d there); `dblock run` %s; its stderr: %s",
+             pg, group_members(pg), exited(&h->p) ? "has exited" : "still runs",
+             err ? err : "(none)");
+  }
   return pg;
 }
 
@@ -343,7 +350,12 @@ static long holder_group(const holder *h) {
 static void t_run_group_lost(const char *be) {
   const tu_backend *b = migrated(be);
   const char *name = tname("group");
-  holder h = hold(b, "insert", name, "1s", GROUP_SCRIPT);
+  /* (a lease of 6 s: the loss is seen at the next renewal, at most 2 s
+   * away. `dblock run` declares its lock lost half a lease after the last
+   * confirmation, a renewal goes out every third of one: with 1 s, a
+   * renewal 167 ms late lost the lock on a loaded TSan run before the
+   * pipeline was counted; with 6 s it may be 1 s late) */
+  holder h = hold(b, "insert", name, "6s", GROUP_SCRIPT);
   long pg = holder_group(&h);
   cmdv c = dblock_cmd(b->url, "insert");
   result r;

@@ -27,6 +27,14 @@ static struct {
 static int leased(void) { return cur.strategy != DBLOCK_STRATEGY_FOR_UPDATE; }
 static int is(const char *backend) { return strcmp(cur.backend, backend) == 0; }
 
+/* Options with this pair's strategy and table, the rest default. */
+static dblock_options cur_opts(void) {
+  dblock_options o = DBLOCK_OPTIONS_INIT;
+  o.strategy = cur.strategy;
+  o.table = cur.table;
+  return o;
+}
+
 static dblock_client *cli(int64_t lease_ms) {
   return tu_open(cur.url, cur.strategy, cur.table, lease_ms);
 }
@@ -101,14 +109,12 @@ static void test_reentrancy(void **s) {
 
 /* Clause 3: with reentrancy off a second acquire fails at once. */
 static void test_non_reentrant_errors_at_once(void **s) {
-  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_options o = cur_opts();
   dblock_client *a;
   dblock_lock *l, *l2 = NULL;
   const char *name = tu_name("nonreent");
   int64_t t0;
   (void)s;
-  o.strategy = cur.strategy;
-  o.table = cur.table;
   o.non_reentrant = 1;
   a = tu_open_opts(cur.url, &o);
   l = tu_acquire(a, name, 0, 0);
@@ -192,8 +198,7 @@ static void test_no_epoch_row_fails_closed(void **s) {
   tu_sql(cur.url, sql, &fence);
   snprintf(sql, sizeof sql, "DELETE FROM %s WHERE name = ''", cur.table);
   tu_sql(cur.url, sql, NULL);
-  snprintf(sql, sizeof sql, "DELETE FROM %s_alive", cur.table);
-  tu_sql(cur.url, sql, NULL);
+  tu_lose_epoch(cur.url, cur.table);
   c = cli(0);
   rc = dblock_lock_acquire(&l, c, name, 0, 0);
   snprintf(sql, sizeof sql,
@@ -243,6 +248,55 @@ static void test_fence_after_reap(void **s) {
   dblock_client_free(b);
 }
 
+/* A try of name by b must be granted; on PostgreSQL insert it must also
+ * cost trips round trips (acquire + release). what: how the row went. */
+static void try_granted_in(dblock_client *b, const char *name, uint64_t trips,
+                           const char *what) {
+  uint64_t t0 = dblock_client_round_trips(b), n;
+  if (tu_try(b, name) != 0)
+    fail_msg("a try after the row was %s was not granted: %s", what, tu_errmsg(b));
+  n = dblock_client_round_trips(b) - t0;
+  if (is("postgres") && cur.strategy == DBLOCK_STRATEGY_INSERT && n != trips)
+    fail_msg("a try after the row was %s took %llu round trips (%llu expected)", what,
+             (unsigned long long)n, (unsigned long long)trips);
+}
+
+/* Rows deleted under a client that knew them (leased strategies): a try
+ * is granted at once. PostgreSQL insert also counts round trips (acquire
+ * + release): a name held lately is tried with the UPDATE (INSERT_TAKE)
+ * and, when that finds no row, with the INSERT — two; a name whose lease
+ * has ended since (so its row may have been reaped) goes straight to the
+ * INSERT — one. */
+static void test_try_after_row_deleted(void **s) {
+  dblock_client *b = cli(0);
+  char name[128], sql[512];
+  int64_t deleted = 0, left = -1;
+  (void)s;
+  if (!leased()) {
+    dblock_client_free(b);
+    return;
+  }
+  /* reaped once its 200 ms lease ended */
+  snprintf(name, sizeof name, "%s", tu_name("try-reaped"));
+  must_release(tu_acquire(b, name, 0, 200));
+  tu_sleep_ms(350);
+  assert_int_equal(dblock_reap(b, 0, 100, &deleted), 0);
+  snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s WHERE name = '%s'", cur.table, name);
+  tu_sql(cur.url, sql, &left);
+  assert_int_equal(left, 0);
+  /* (the reap left its own lock wait on the session: an acquire puts the
+   * usual one back, a round trip not counted below) */
+  must_release(tu_acquire(b, tu_name("try-settle"), 0, 0));
+  try_granted_in(b, name, 2, "reaped after its lease");
+  /* deleted by hand while its 30 s lease still runs */
+  snprintf(name, sizeof name, "%s", tu_name("try-deleted"));
+  for (int i = 0; i < 2; i++) must_release(tu_acquire(b, name, 0, 0)); /* (prepared) */
+  snprintf(sql, sizeof sql, "DELETE FROM %s WHERE name = '%s'", cur.table, name);
+  tu_sql(cur.url, sql, NULL);
+  try_granted_in(b, name, 3, "deleted within its lease");
+  dblock_client_free(b);
+}
+
 /* A waiter that saw the name busy must still get it after the row was
  * deleted under it (by the reaper once the lease ended; for_update: the
  * holder releases, the row stays). An optimistic waiter polls without
@@ -275,29 +329,16 @@ static void test_waiter_after_row_deleted(void **s) {
  * rule: for_update frees the name within 2 s, a lease only when it ends. */
 static void test_holder_killed(void **s) {
   const char *name = tu_name("killed");
-  int fds[2];
-  int64_t child_fence = 0, t_kill, t_free;
-  pid_t pid;
+  dblock_options o = cur_opts();
+  int fd, pid;
+  int64_t child_fence, t_kill, t_free;
   dblock_client *b;
   dblock_lock *l;
   (void)s;
-  assert_int_equal(pipe(fds), 0);
-  if ((pid = fork()) == 0) {
-    dblock_client *a = NULL;
-    dblock_options o = DBLOCK_OPTIONS_INIT;
-    dblock_lock *la = NULL;
-    int64_t f;
-    o.strategy = cur.strategy;
-    o.table = cur.table;
-    o.lease_ms = 1500;
-    if (dblock_client_open(&a, cur.url, &o) || dblock_lock_acquire(&la, a, name, 0, 0)) _exit(1);
-    f = dblock_lock_fence(la);
-    if (write(fds[1], &f, sizeof f) != sizeof f) _exit(1);
-    for (;;) pause();
-  }
-  close(fds[1]);
-  assert_int_equal(read(fds[0], &child_fence, sizeof child_fence), (ssize_t)sizeof child_fence);
-  close(fds[0]);
+  o.lease_ms = 1500;
+  pid = tu_spawn_holder(cur.url, &o, name, 0, &fd);
+  child_fence = tu_holder_fence(fd, pid);
+  close(fd);
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   t_kill = tu_now_ms();
@@ -377,6 +418,13 @@ static void granted_within(const waiter *w, int64_t t0, int64_t limit_ms, const 
   if (after > limit_ms)
     fail_msg("%s: waiter granted %lld ms after the release (limit %lld ms)", what,
              (long long)after, (long long)limit_ms);
+}
+
+/* The waiter was granted no sooner than min_ms after t0. */
+static void granted_after(const waiter *w, int64_t t0, int64_t min_ms, const char *what) {
+  if (w->got_at - t0 < min_ms)
+    fail_msg("%s: waiter granted %lld ms after the release, sooner than the %lld ms its wait "
+             "had to take", what, (long long)(w->got_at - t0), (long long)min_ms);
 }
 
 static void test_try_timed_blocking(void **s) {
@@ -534,7 +582,7 @@ static void cb_calls(const char *name, int64_t fence, int reason, void *arg) {
  * MariaDB; on SQLite a held for_update lock ends only with its process). */
 static void test_callback_calls(void **s) {
   cb_probe p = {.rc_renew = 99, .rc_release = 99, .rc_acquire = 99, .rc_inspect = 99};
-  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_options o = cur_opts();
   dblock_client *a, *b = cli(0);
   const char *name = tu_name("cb"), *keep = tu_name("cbkeep");
   dblock_lock *l2;
@@ -544,8 +592,6 @@ static void test_callback_calls(void **s) {
     dblock_client_free(b);
     return;
   }
-  o.strategy = cur.strategy;
-  o.table = cur.table;
   o.lease_ms = 900;
   o.on_lost = cb_calls;
   o.on_lost_arg = &p;
@@ -620,7 +666,7 @@ static void *release_later(void *arg) {
  * could not report the takeover until the lease's deadline.) for_update
  * counts reentrant holds in its transaction, with no statement: n/a. */
 static void test_reentrant_after_takeover(void **s) {
-  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_options o = cur_opts();
   dblock_client *a, *b = cli(0), *c = cli(0);
   const char *name = tu_name("retake");
   dblock_lock *l, *l2 = NULL;
@@ -633,8 +679,6 @@ static void test_reentrant_after_takeover(void **s) {
     dblock_client_free(c);
     return;
   }
-  o.strategy = cur.strategy;
-  o.table = cur.table;
   o.lease_ms = 3000;
   o.on_lost = tu_on_lost;
   a = tu_open_opts(cur.url, &o);
@@ -701,9 +745,7 @@ static int lost_calls(lost_note *n) {
 
 /* A client on the current pair whose on_lost counts into note (reset). */
 static dblock_client *cli_noted(lost_note *note, int64_t lease_ms) {
-  dblock_options o = DBLOCK_OPTIONS_INIT;
-  o.strategy = cur.strategy;
-  o.table = cur.table;
+  dblock_options o = cur_opts();
   o.lease_ms = lease_ms;
   o.on_lost = on_lost;
   o.on_lost_arg = note;
@@ -1123,7 +1165,8 @@ static void test_reacquire_during_last_release(void **s) {
 }
 
 /* In the uncontended case acquire is one round trip and release one
- * (PostgreSQL and MariaDB; counted at the driver). */
+ * (PostgreSQL and MariaDB; counted at the driver), for a name used again
+ * and (insert) for a fresh one. */
 static void test_round_trips(void **s) {
   dblock_client *a = cli(0);
   const char *name = tu_name("rt");
@@ -1147,6 +1190,20 @@ static void test_round_trips(void **s) {
       assert_true(t1 - t0 <= 2 && t2 - t1 == 1);
     }
   }
+  /* insert: a name this client never used (a lock per job id) is one
+   * round trip too — PostgreSQL tries a name it has not seen lately with
+   * the INSERT, not with the UPDATE that serves known names and would
+   * find no row first. */
+  if (!is("sqlite") && cur.strategy == DBLOCK_STRATEGY_INSERT)
+    for (int i = 0; i < 3; i++) {
+      uint64_t t0 = dblock_client_round_trips(a);
+      dblock_lock *l = tu_acquire(a, tu_name("rt-fresh"), 0, 0);
+      uint64_t t1 = dblock_client_round_trips(a);
+      must_release(l);
+      if (t1 - t0 != 1)
+        fail_msg("acquire of a name never used took %llu round trips",
+                 (unsigned long long)(t1 - t0));
+    }
   dblock_client_free(a);
 }
 
@@ -1207,9 +1264,7 @@ static void test_hostile_names(void **s) {
 /* A client whose polling is slow (backoff 5 s): a prompt grant can only
  * come from a wake-up. */
 static dblock_client *cli_queue(int fair, int64_t backoff_ms) {
-  dblock_options o = DBLOCK_OPTIONS_INIT;
-  o.strategy = cur.strategy;
-  o.table = cur.table;
+  dblock_options o = cur_opts();
   o.fair = fair;
   o.backoff_min_ms = o.backoff_max_ms = backoff_ms;
   return tu_open_opts(cur.url, &o);
@@ -1225,11 +1280,9 @@ static dblock_client *cli_queue_on(const char *url, int64_t backoff_ms) {
 
 /* The pairs without a queue refuse fair mode at open. */
 static int no_queue_refuses_fair(void) {
-  dblock_options o = DBLOCK_OPTIONS_INIT;
+  dblock_options o = cur_opts();
   dblock_client *f = NULL;
   if (leased() && is("postgres")) return 0;
-  o.strategy = cur.strategy;
-  o.table = cur.table;
   o.fair = 1;
   assert_int_equal(dblock_client_open(&f, cur.url, &o), DBLOCK_EUNSUPPORTED);
   assert_null(f);
@@ -1452,7 +1505,8 @@ static void test_fair_mode(void **s) {
   waiter w;
   pthread_t th;
   dblock_lock *l;
-  pid_t kid;
+  dblock_options o = cur_opts();
+  int kid;
   int64_t t0;
   (void)s;
   if (no_queue_refuses_fair()) return;
@@ -1473,21 +1527,20 @@ static void test_fair_mode(void **s) {
   dblock_lock_release(l); /* a's handle: lost long ago */
   /* A waiter in another process, killed while queued. */
   l = tu_acquire(plain, name, -1, 0);
-  kid = fork();
-  assert_true(kid >= 0);
-  if (kid == 0) {
-    dblock_client *k = cli_queue(1, 50);
-    dblock_lock *kl;
-    dblock_lock_acquire(&kl, k, name, -1, 0);
-    _exit(0);
-  }
+  o.fair = 1;
+  o.backoff_min_ms = o.backoff_max_ms = 50;
+  kid = tu_spawn_holder(cur.url, &o, name, -1, NULL);
   tu_sleep_ms(500); /* the child is queued */
+  if (!tu_alive(kid)) fail_msg("the queued child process ended before it was killed");
   kill(kid, SIGKILL);
   waitpid(kid, NULL, 0);
   w = (waiter){.c = n, .name = name, .hold_ms = 0, .rc = -99};
   t0 = release_to_waiter(l, &w, 100, NULL);
   assert_int_equal(w.rc, 0);
   granted_within(&w, t0, 2500, "fair, a dead waiter ahead");
+  /* (and not at once: the dead waiter's ticket was in the way until it
+   * was found dead — else the child never queued, and nothing was shown) */
+  granted_after(&w, t0, 150, "fair, a dead waiter ahead");
   dblock_client_free(a);
   dblock_client_free(b);
   dblock_client_free(n);
@@ -1557,7 +1610,8 @@ static void test_stalled_key_holder(void **s) {
   dblock_client *a, *c;
   dblock_lock *l;
   waiter w;
-  pid_t kid;
+  dblock_options o = cur_opts();
+  int kid;
   int64_t t0;
   (void)s;
   if (!wakes_by_key() && !wakes_by_board()) return;
@@ -1565,16 +1619,10 @@ static void test_stalled_key_holder(void **s) {
   c = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("stalled-key"));
   l = tu_acquire(a, name, 0, 0);
-  kid = fork();
-  assert_true(kid >= 0);
-  if (kid == 0) {
-    dblock_client *k = cli(0);
-    dblock_lock *kl;
-    dblock_lock_acquire(&kl, k, name, -1, 0);
-    _exit(0);
-  }
+  kid = tu_spawn_holder(cur.url, &o, name, -1, NULL);
   tu_sleep_ms(500); /* the child waits first: it holds the key */
-  assert_int_equal(kill(kid, SIGSTOP), 0);
+  if (!tu_alive(kid)) fail_msg("the waiting child process ended before it was stopped");
+  tu_stop_between_writes(kid, cur.url);
   w = (waiter){.c = c, .name = name, .rc = -99, .wait_ms = 5000};
   t0 = release_to_waiter(l, &w, 500, NULL); /* (c waits behind the child) */
   /* A free row that was never held has no renewed_at (an optimistic row
@@ -1584,10 +1632,15 @@ static void test_stalled_key_holder(void **s) {
   snprintf(sql, sizeof sql, "UPDATE %s SET renewed_at = NULL WHERE name = '%s'", cur.table, name);
   rc = 0;
   if (wakes_by_key()) tu_sql(cur.url, sql, NULL), rc = tu_try(c, name);
-  kill(kid, SIGKILL); /* (before any assertion: a failure must not leave it stopped) */
+  kill(kid, SIGKILL); /* (before the checks below; if an earlier one fails,
+                       * tu_spawn_holder's exit handler kills it) */
   waitpid(kid, NULL, 0);
   assert_int_equal(w.rc, 0);
   granted_within(&w, t0, 1500, "stalled key holder");
+  /* The key's hold on the freed row (WAKE_HOLD_US, 100 ms) came first: a
+   * grant sooner means the child never held the key, and nothing was
+   * shown. */
+  if (wakes_by_key()) granted_after(&w, t0, 100, "stalled key holder");
   assert_int_equal(rc, 0);
   dblock_client_free(a);
   dblock_client_free(c);
@@ -1710,6 +1763,16 @@ static void test_lost_hold_hands_its_key_on(void **s) {
   dblock_client_free(c);
 }
 
+/* PostgreSQL: the xmax of name's row (the last transaction that locked
+ * or deleted it; a lock leaves it set). */
+static int64_t row_xmax(const char *name) {
+  char sql[512];
+  int64_t x = -1;
+  snprintf(sql, sizeof sql, "SELECT xmax::text::int8 FROM %s WHERE name = '%s'", cur.table, name);
+  tu_sql(cur.url, sql, &x);
+  return x;
+}
+
 /* PostgreSQL insert: a head waiter — it holds the name's wake key, behind a
  * holder that came without waiting — polls (every 250 ms) with a look at
  * the row first, so a busy poll locks nothing: the held row's xmax (the
@@ -1719,7 +1782,7 @@ static void test_lost_hold_hands_its_key_on(void **s) {
  * skipped it on every poll: each poll locked the held row, a flushed
  * commit that also held up the holder's renewal and release. */
 static void test_head_waiter_polls_lock_nothing(void **s) {
-  char name[128], sql[512];
+  char name[128];
   dblock_client *a, *b;
   dblock_lock *l;
   waiter w = {.rc = -99};
@@ -1738,7 +1801,6 @@ static void test_head_waiter_polls_lock_nothing(void **s) {
   w.name = name;
   w.wait_ms = 10000;
   assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
-  snprintf(sql, sizeof sql, "SELECT xmax::text::int8 FROM %s WHERE name = '%s'", cur.table, name);
   /* b: busy, the key (a wake-up), busy again: the head waiter */
   for (int i = 0; i < 300; i++) {
     assert_int_equal(dblock_client_stats(b, &st, sizeof st), 0);
@@ -1746,9 +1808,9 @@ static void test_head_waiter_polls_lock_nothing(void **s) {
     tu_sleep_ms(10);
   }
   tu_sleep_ms(200);
-  tu_sql(cur.url, sql, &x1);
+  x1 = row_xmax(name);
   tu_sleep_ms(700); /* (two or three polls) */
-  tu_sql(cur.url, sql, &x2);
+  x2 = row_xmax(name);
   must_release(l);
   pthread_join(th, NULL);
   assert_int_equal(w.rc, 0);
@@ -1756,6 +1818,35 @@ static void test_head_waiter_polls_lock_nothing(void **s) {
                 dblock_strategy_name(cur.strategy), (long long)x1, (long long)x2);
   if (x1 != x2) fail_msg("the head waiter's polls locked the held row (xmax %lld -> %lld)",
                          (long long)x1, (long long)x2);
+  dblock_client_free(a);
+  dblock_client_free(b);
+}
+
+/* PostgreSQL insert: a try on a name this client held lately (so the
+ * plain UPDATE, INSERT_TAKE: that such a try takes that path is what
+ * test_try_after_row_deleted's round trips show) that finds it held locks
+ * nothing — the held row's xmax stays as the grant left it across three
+ * tries. An attempt that went to the INSERT … ON CONFLICT without its look
+ * at the row first would lock the row (xmax: its transaction), a flushed
+ * commit per poll. */
+static void test_busy_try_locks_nothing(void **s) {
+  char name[128];
+  dblock_client *a, *b;
+  dblock_lock *l;
+  int64_t x1 = -1, x2 = -2;
+  (void)s;
+  if (!is("postgres") || cur.strategy != DBLOCK_STRATEGY_INSERT) return;
+  a = cli(0);
+  b = cli(0);
+  snprintf(name, sizeof name, "%s", tu_name("busy-try"));
+  must_release(tu_acquire(b, name, 0, 0)); /* (b has seen the row) */
+  l = tu_acquire(a, name, 0, 0);
+  x1 = row_xmax(name);
+  for (int i = 0; i < 3; i++) assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+  x2 = row_xmax(name);
+  must_release(l);
+  if (x1 != x2) fail_msg("a busy try locked the held row (xmax %lld -> %lld)", (long long)x1,
+                         (long long)x2);
   dblock_client_free(a);
   dblock_client_free(b);
 }
@@ -1948,6 +2039,8 @@ int main(void) {
       cmocka_unit_test(test_release_waits_out_a_writer),
       cmocka_unit_test(test_reacquire_during_last_release),
       cmocka_unit_test(test_round_trips),
+      cmocka_unit_test(test_busy_try_locks_nothing),
+      cmocka_unit_test(test_try_after_row_deleted),
       cmocka_unit_test(test_hostile_names),
       cmocka_unit_test(test_release_wakes_waiter),
       cmocka_unit_test(test_handed_key_one_trip),

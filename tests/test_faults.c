@@ -15,8 +15,10 @@
  *              SIGKILLed, the postmaster reinitializes; MariaDB: kill -9)
  *   relstall   a release stalled by the network, then a re-acquire
  * plus, on PostgreSQL only, a frozen backend racing a grant, a frozen
- * for_update holder whose force-unlock queues behind a waiter, and
- * PgBouncer across a restart; on MariaDB, unusual global sql_modes; on
+ * for_update holder whose force-unlock queues behind a waiter, clients
+ * that find the fencing epoch lost together (backends frozen in turn), the
+ * server's refusal to change a vouched epoch, and PgBouncer across a
+ * restart; on MariaDB, unusual global sql_modes; on
  * SQLite, clocks stepped with faketime.
  * A holder SIGKILLed mid-section is test_holder_killed in test_conformance.
  *
@@ -54,6 +56,10 @@ static pid_t child;
 /* A server backend a test froze with SIGSTOP: teardown lets it go on
  * (SIGCONT) even when the test failed before it did. */
 static pid_t frozen;
+/* A connection of the test's own holding a row lock: teardown closes it
+ * (which ends its transaction) when the test failed before it did. */
+static struct dbl_conn *held_conn;
+static const struct dbl_driver *held_drv;
 
 static int leased(void) { return cur.strategy != DBLOCK_STRATEGY_FOR_UPDATE; }
 static int is(const char *backend) { return strcmp(cur.backend, backend) == 0; }
@@ -355,7 +361,10 @@ static void test_paused_holder(void **s) {
   close(down[0]);
   assert_int_equal(read(up[0], &fa, sizeof fa), (ssize_t)sizeof fa);
   if (leased()) assert_true(resource_write("A", fa));
-  kill(pid, SIGSTOP);
+  /* (SQLite, leased: not inside a renewal; a for_update holder keeps the
+   * file's write lock for its whole hold) */
+  if (leased()) tu_stop_between_writes(pid, cur.url);
+  else kill(pid, SIGSTOP);
   tu_sleep_ms(1300); /* past the 1 s lease, which nobody renews */
   if (leased()) {
     lb = tu_acquire(b, name, 3000, 0);
@@ -1485,7 +1494,7 @@ static void *force_main(void *arg) {
 
 /* Waits until n sessions wait for a lock in a statement matching like. */
 static void await_lock_waiters(const char *like, int64_t n) {
-  char sql[256];
+  char sql[512];
   int64_t got = 0;
   snprintf(sql, sizeof sql,
            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
@@ -1544,6 +1553,193 @@ static void test_force_unlock_behind_waiter(void **s) {
   dblock_client_free(h);
   dblock_client_free(w.c);
   dblock_client_free(f.c);
+}
+
+/* The pid of the newest session waiting for a lock in a statement
+ * matching like (0 if none). */
+static int64_t newest_lock_waiter(const char *like) {
+  char sql[512];
+  int64_t pid = 0;
+  snprintf(sql, sizeof sql,
+           "SELECT COALESCE((SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+           "AND query LIKE '%s' ORDER BY query_start DESC LIMIT 1), 0)",
+           like);
+  tu_sql(cur.url, sql, &pid);
+  return pid;
+}
+
+/* PostgreSQL, for_update: after a crash every client's next grant finds
+ * the epoch lost, and they bump it side by side. A for_update grant reads
+ * the epoch in the snapshot its statement took before it waited for the
+ * row, so the epoch must not move again once vouched for: if it did, a
+ * waiter that read it before the move, overtaken after the release by a
+ * client that read it after (PostgreSQL row locks let a newcomer take a
+ * freed row before a woken waiter), is granted a token below that
+ * client's. Made to happen in order: two bumpers P and Q queue on the ''
+ * row behind the test's own lock, Q's backend frozen; P bumps and vouches;
+ * H holds the name and W queues for it; Q goes on (and must not move the
+ * epoch again); W's backend is frozen while H releases and Z takes the
+ * name and lets it go; then W goes on. W's token must be above Z's, and
+ * the two bumpers must have moved the epoch once. (CI saw this as one
+ * fence regression in test_contention, whose workers start on the epoch
+ * that test_faults' crashes emptied.) */
+static void test_epoch_bump_race(void **s) {
+  const char *name = tu_name("epochrace");
+  char sql[256], bump_like[160], take_like[128];
+  static char p_name[128], q_name[128];
+  /* (static: a failed assertion leaves their threads running) */
+  static racer p, q, w;
+  dbl_conn *x;
+  dbl_err e;
+  const dbl_driver *d;
+  dblock_client *h = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0),
+                *z = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0);
+  dblock_lock *lh, *lz;
+  pthread_t tp, tq, tw;
+  int64_t e0 = 0, e1 = 0, pid, fz;
+  (void)s;
+  snprintf(p_name, sizeof p_name, "%s", tu_name("epochrace-p"));
+  snprintf(q_name, sizeof q_name, "%s", tu_name("epochrace-q"));
+  p = (racer){.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0),
+              .name = p_name,
+              .wait_ms = 10000};
+  q = (racer){.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0),
+              .name = q_name,
+              .wait_ms = 10000};
+  w = (racer){.c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0),
+              .name = name,
+              .wait_ms = 10000};
+  /* (the bump's statement that waits for the '' row — EPOCH_BUMP in
+   * src/sql/postgres.c, and before the fix its UPDATE — and the for_update
+   * grant's, FU_TAKE, on this table) */
+  snprintf(bump_like, sizeof bump_like,
+           "BEGIN%%; SET LOCAL synchronous_commit = on; %% %%.%s %%WHERE name = ''''%%", cur.table);
+  snprintf(take_like, sizeof take_like, "WITH f AS MATERIALIZED (SELECT fence FROM %%.%s WHERE%%",
+           cur.table);
+  /* the rows exist (created under the current epoch) */
+  assert_int_equal(dblock_lock_release(tu_acquire(h, name, 0, 0)), 0);
+  assert_int_equal(dblock_lock_release(tu_acquire(h, p_name, 0, 0)), 0);
+  assert_int_equal(dblock_lock_release(tu_acquire(h, q_name, 0, 0)), 0);
+  snprintf(sql, sizeof sql, "SELECT fence FROM %s WHERE name = ''", cur.table);
+  tu_sql(cur.url, sql, &e0);
+  tu_lose_epoch(cur.url, cur.table); /* what a crash does */
+  memset(&e, 0, sizeof e);
+  assert_non_null(x = tu_conn(cur.url, &d));
+  held_conn = x;
+  held_drv = d;
+  snprintf(sql, sizeof sql, "BEGIN; SELECT 1 FROM %s WHERE name = '' FOR UPDATE", cur.table);
+  assert_int_equal(d->script(x, sql, &e), 0);
+  assert_int_equal(pthread_create(&tp, NULL, racer_main, &p), 0);
+  await_lock_waiters(bump_like, 1);
+  assert_int_equal(pthread_create(&tq, NULL, racer_main, &q), 0);
+  await_lock_waiters(bump_like, 2);
+  if (!(pid = newest_lock_waiter(bump_like))) fail_msg("Q's bump is not waiting");
+  frozen = (pid_t)pid;
+  assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  assert_int_equal(d->script(x, "COMMIT", &e), 0);
+  held_conn = NULL;
+  d->close(x);
+  pthread_join(tp, NULL);
+  if (p.rc != 0) fail_msg("P: rc %d (%s)", p.rc, tu_errmsg(p.c));
+  lh = tu_acquire(h, name, 0, 0);
+  assert_int_equal(pthread_create(&tw, NULL, racer_main, &w), 0);
+  await_lock_waiters(take_like, 1);
+  assert_int_equal(kill((pid_t)pid, SIGCONT), 0);
+  frozen = 0;
+  pthread_join(tq, NULL);
+  if (q.rc != 0) fail_msg("Q: rc %d (%s)", q.rc, tu_errmsg(q.c));
+  if (!(pid = newest_lock_waiter(take_like))) fail_msg("W is not waiting");
+  frozen = (pid_t)pid;
+  assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  assert_int_equal(dblock_lock_release(lh), 0);
+  if (dblock_lock_acquire(&lz, z, name, 2000, 0) != 0)
+    fail_msg("Z did not take the name before the frozen W: %s", tu_errmsg(z));
+  fz = dblock_lock_fence(lz);
+  assert_int_equal(dblock_lock_release(lz), 0);
+  assert_int_equal(kill((pid_t)pid, SIGCONT), 0);
+  frozen = 0;
+  pthread_join(tw, NULL);
+  if (w.rc != 0) fail_msg("W: rc %d (%s)", w.rc, tu_errmsg(w.c));
+  snprintf(sql, sizeof sql, "SELECT fence FROM %s WHERE name = ''", cur.table);
+  tu_sql(cur.url, sql, &e1);
+  if (w.fence <= fz)
+    fail_msg("W was granted fence %lld (epoch %lld) after Z's %lld (epoch %lld); the two bumpers "
+             "moved the epoch from %lld to %lld",
+             (long long)w.fence, (long long)(w.fence >> 40), (long long)fz,
+             (long long)(fz >> 40), (long long)e0, (long long)e1);
+  if (e1 != e0 + 1)
+    fail_msg("two clients that found the epoch lost together moved it from %lld to %lld",
+             (long long)e0, (long long)e1);
+  dblock_client_free(h);
+  dblock_client_free(z);
+  dblock_client_free(p.c);
+  dblock_client_free(q.c);
+  dblock_client_free(w.c);
+}
+
+/* Runs sql on a connection of the test's own and expects the server to
+ * refuse it with SQLSTATE state. */
+static void expect_refused(const char *sql, const char *state) {
+  const dbl_driver *d;
+  dbl_conn *x;
+  dbl_err e;
+  int rc;
+  memset(&e, 0, sizeof e);
+  assert_non_null(x = tu_conn(cur.url, &d));
+  rc = d->script(x, sql, &e);
+  d->close(x);
+  if (rc == 0) fail_msg("the server ran '%s'", sql);
+  if (strcmp(e.sqlstate, state) != 0)
+    fail_msg("'%s' failed with %s (%s), not %s", sql, e.sqlstate, e.msg, state);
+}
+
+static void test_epoch_kept(void **s) {
+  char sql[512], t_alive[96];
+  dblock_client *c = tu_open(cur.url, DBLOCK_STRATEGY_FOR_UPDATE, cur.table, 0);
+  dblock_lock *l;
+  int64_t epoch = 0, now = 0, durable = 0;
+  (void)s;
+  snprintf(t_alive, sizeof t_alive, "%s_alive", cur.table);
+  tu_lose_epoch(cur.url, cur.table);
+  assert_int_equal(dblock_lock_release(tu_acquire(c, tu_name("kept"), 0, 0)), 0);
+  snprintf(sql, sizeof sql, "SELECT epoch FROM %s", t_alive);
+  tu_sql(cur.url, sql, &epoch);
+  snprintf(sql, sizeof sql, "UPDATE %s SET epoch = epoch + 1", t_alive);
+  expect_refused(sql, "55000");
+  snprintf(sql, sizeof sql, "DELETE FROM %s", t_alive);
+  expect_refused(sql, "55000");
+  /* an old client's bump (before this fix) once the row is moved, then
+   * its vouch: the vouch runs while it changes nothing, and is refused
+   * after a second bump moved the durable epoch */
+  {
+    char bump[160];
+    snprintf(bump, sizeof bump, "UPDATE %s SET fence = fence + 1 WHERE name = ''", cur.table);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO %s (id, epoch) SELECT 1, fence FROM %s WHERE name = '' "
+             "ON CONFLICT (id) DO UPDATE SET epoch = GREATEST(%s.epoch, excluded.epoch)",
+             t_alive, cur.table, t_alive);
+    tu_sql(cur.url, sql, NULL);
+    tu_sql(cur.url, bump, NULL);
+    expect_refused(sql, "55000");
+  }
+  snprintf(sql, sizeof sql, "SELECT epoch FROM %s", t_alive);
+  tu_sql(cur.url, sql, &now);
+  if (now != epoch) fail_msg("the vouched epoch went from %lld to %lld", (long long)epoch, (long long)now);
+  l = tu_acquire(c, tu_name("kept"), 0, 0);
+  if (dblock_lock_fence(l) >> 40 != epoch)
+    fail_msg("a grant drew epoch %lld, not the vouched %lld", (long long)(dblock_lock_fence(l) >> 40),
+             (long long)epoch);
+  assert_int_equal(dblock_lock_release(l), 0);
+  /* TRUNCATE: the next grant advances the epoch past the durable one */
+  tu_lose_epoch(cur.url, cur.table);
+  snprintf(sql, sizeof sql, "SELECT fence FROM %s WHERE name = ''", cur.table);
+  tu_sql(cur.url, sql, &durable);
+  l = tu_acquire(c, tu_name("kept"), 0, 0);
+  if (dblock_lock_fence(l) >> 40 != durable + 1)
+    fail_msg("after TRUNCATE a grant drew epoch %lld, not %lld",
+             (long long)(dblock_lock_fence(l) >> 40), (long long)(durable + 1));
+  assert_int_equal(dblock_lock_release(l), 0);
+  dblock_client_free(c);
 }
 
 /* PostgreSQL behind PgBouncer in transaction pooling mode: the proxy keeps
@@ -1641,6 +1837,10 @@ static int teardown(void **state) {
     kill(frozen, SIGCONT);
     frozen = 0;
   }
+  if (held_conn) {
+    held_drv->close(held_conn);
+    held_conn = NULL;
+  }
   if (child > 0) {
     kill(child, SIGKILL);
     kill(child, SIGCONT);
@@ -1690,6 +1890,8 @@ int main(void) {
   const struct CMUnitTest pg_only[] = {cmocka_unit_test_teardown(test_insert_fence_race, teardown),
                                        cmocka_unit_test_teardown(test_force_unlock_behind_waiter,
                                                                  teardown),
+                                       cmocka_unit_test_teardown(test_epoch_bump_race, teardown),
+                                       cmocka_unit_test_teardown(test_epoch_kept, teardown),
                                        cmocka_unit_test_teardown(test_pooler_restart, teardown)};
   /* MariaDB only: its sql_mode is global to the server (the mysql shard
    * runs its tests one at a time). */

@@ -2,11 +2,16 @@
 
 #include "drivers/driver.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 const tu_backend *tu_backends(int *count) {
@@ -149,6 +154,73 @@ void tu_sql(const char *url, const char *sql, int64_t *count) {
   d->close(c);
 }
 
+/* 1 once every thread of pid is stopped (state T, or t under a tracer),
+ * within 2 s; 0 if not (or pid is gone). */
+static int all_threads_stopped(int pid) {
+  char path[64];
+  for (int i = 0; i < 400; i++) {
+    DIR *dir;
+    struct dirent *de;
+    int all = 1, seen = 0;
+    snprintf(path, sizeof path, "/proc/%d/task", pid);
+    if (!(dir = opendir(path))) return 0;
+    while ((de = readdir(dir)) && all) {
+      char stat[320], buf[512], *p = NULL;
+      FILE *f;
+      if (de->d_name[0] == '.') continue;
+      snprintf(stat, sizeof stat, "/proc/%d/task/%s/stat", pid, de->d_name);
+      if ((f = fopen(stat, "r"))) {
+        p = fgets(buf, sizeof buf, f);
+        fclose(f);
+      }
+      /* (the state follows the last ')': a name may hold spaces and ')') */
+      all = p && (p = strrchr(buf, ')')) && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+      seen++;
+    }
+    closedir(dir);
+    if (all && seen) return 1;
+    tu_sleep_ms(5);
+  }
+  return 0;
+}
+
+void tu_stop_between_writes(int pid, const char *url) {
+  enum { TRIES = 100 };
+  const dbl_driver *d = NULL;
+  dbl_conn *x = NULL;
+  dbl_err e;
+  const char *why = NULL;
+  memset(&e, 0, sizeof e);
+  if (strncmp(url, "sqlite", 6) == 0 && !(x = tu_conn(url, &d))) why = "no connection to the file";
+  for (int i = 0; !why; i++) {
+    memset(&e, 0, sizeof e);
+    if (kill(pid, SIGSTOP) != 0 || !all_threads_stopped(pid)) why = "it did not stop";
+    else if (!x || d->script(x, "PRAGMA busy_timeout = 0; BEGIN IMMEDIATE; ROLLBACK", &e) == 0)
+      break;
+    else if (i == TRIES - 1) why = "the database stayed write-locked at every stop";
+    else {
+      kill(pid, SIGCONT);
+      tu_sleep_ms(3);
+    }
+  }
+  if (x) d->close(x);
+  if (why) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fail_msg("stopping process %d between its writes: %s%s%s", pid, why, e.msg[0] ? ": " : "",
+             e.msg);
+  }
+}
+
+void tu_lose_epoch(const char *url, const char *table) {
+  char sql[160];
+  snprintf(sql, sizeof sql, "%s; TRUNCATE %s_alive",
+           strncmp(url, "postgres", 8) == 0 ? "SET lock_timeout = '5s'"
+                                            : "SET SESSION lock_wait_timeout = 5",
+           table);
+  tu_sql(url, sql, NULL);
+}
+
 dblock_lock *tu_acquire(dblock_client *c, const char *name, int64_t wait_ms,
                         int64_t lease_ms) {
   dblock_lock *l = NULL;
@@ -172,4 +244,104 @@ void tu_on_lost(const char *name, int64_t fence, int reason, void *arg) {
   (void)reason;
   (void)arg;
   atomic_fetch_add(&tu_lost_calls, 1);
+}
+
+/* The holders tu_spawn_holder started, killed at exit if still there (a
+ * failed assertion may leave one waiting, or stopped with SIGSTOP). */
+static int g_holders[32];
+static int g_nholders;
+
+static void kill_holders(void) {
+  for (int i = 0; i < g_nholders; i++)
+    if (tu_alive(g_holders[i])) {
+      kill(g_holders[i], SIGKILL);
+      waitpid(g_holders[i], NULL, 0);
+    }
+}
+
+/* Reads one line from fd into line (size n, without its newline) within
+ * ms; 0, or -1 on end of file, error or timeout. */
+static int read_line(int fd, char *line, size_t n, int64_t ms) {
+  int64_t end = tu_now_ms() + ms;
+  size_t got = 0;
+  for (;;) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int64_t left = end - tu_now_ms();
+    int r;
+    if (left <= 0) return -1;
+    r = poll(&pf, 1, (int)left);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0 || read(fd, line + got, 1) != 1) return -1;
+    if (line[got] == '\n' || got + 1 == n) break;
+    got++;
+  }
+  line[got] = 0;
+  return 0;
+}
+
+/* Kills holder pid (if it still runs) and fails the test saying how it
+ * ended and what went wrong. */
+static void holder_failed(int pid, const char *what) {
+  int st = 0;
+  /* (not tu_alive: its reap would throw the exit status away) */
+  if (waitpid(pid, &st, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    fail_msg("the holder process %s (killed)", what);
+  }
+  fail_msg("the holder process %s (exit status %d, signal %d)", what,
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+int tu_spawn_holder(const char *url, const dblock_options *o, const char *name, int64_t wait_ms,
+                    int *out) {
+  const char *tree = getenv("DBLOCK_TEST_TREE");
+  char prog[256], lease[24], wait[24], fair[8], backoff[24], line[32];
+  int fds[2];
+  pid_t pid;
+  if (o->backoff_min_ms != o->backoff_max_ms)
+    fail_msg("tu_spawn_holder: lockhelper takes one backoff (min = max)");
+  if (g_nholders == (int)(sizeof g_holders / sizeof g_holders[0]))
+    fail_msg("tu_spawn_holder: too many holders in one test process");
+  snprintf(prog, sizeof prog, "%s/lockhelper", tree && *tree ? tree : "build");
+  snprintf(lease, sizeof lease, "%lld", (long long)o->lease_ms);
+  snprintf(wait, sizeof wait, "%lld", (long long)wait_ms);
+  snprintf(fair, sizeof fair, "%d", o->fair ? 1 : 0);
+  snprintf(backoff, sizeof backoff, "%lld", (long long)o->backoff_min_ms);
+  if (access(prog, X_OK) != 0) fail_msg("%s: %s (make tests builds it)", prog, strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0) fail_msg("pipe: %s", strerror(errno));
+  if ((pid = fork()) == 0) {
+    /* (between fork and exec only async-signal-safe calls; dup2 clears
+     * close-on-exec on the copy) */
+    dup2(fds[1], 1);
+    execl(prog, prog, url, dblock_strategy_name(o->strategy), o->table ? o->table : "-", name,
+          lease, wait, fair, backoff, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    fail_msg("fork: %s", strerror(errno));
+  }
+  if (g_nholders++ == 0) atexit(kill_holders);
+  g_holders[g_nholders - 1] = (int)pid;
+  if (read_line(fds[0], line, sizeof line, 10000) != 0 || strcmp(line, "open") != 0) {
+    close(fds[0]);
+    holder_failed((int)pid, "did not open its client within 10 s");
+  }
+  if (out) *out = fds[0];
+  else close(fds[0]); /* (it ignores SIGPIPE) */
+  return (int)pid;
+}
+
+int64_t tu_holder_fence(int fd, int pid) {
+  char line[32];
+  if (read_line(fd, line, sizeof line, 10000) != 0 || line[0] < '0' || line[0] > '9')
+    holder_failed(pid, "wrote no fence within 10 s");
+  return strtoll(line, NULL, 10);
+}
+
+int tu_alive(int pid) {
+  int st;
+  return waitpid(pid, &st, WNOHANG) == 0;
 }

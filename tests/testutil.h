@@ -67,6 +67,24 @@ struct dbl_conn *tu_conn(const char *url, const struct dbl_driver **drv);
  * *count. Fails the test on error. */
 void tu_sql(const char *url, const char *sql, int64_t *count);
 
+/* Stops process pid (SIGSTOP) and returns once every thread of it is
+ * stopped. On SQLite (url) also between its writes: a process stopped
+ * inside one of its short write transactions (a waiter's try, a renewal)
+ * keeps the file's one write lock, and every other process's lock calls
+ * wait for it (README, Known limits). A test that means to stall a client,
+ * not the database, gets one stopped while the file is free: it is let go
+ * on (SIGCONT) and stopped again until then. On failure pid is killed and
+ * reaped (a stopped process holding the file would stall every later test
+ * on it) and the test fails. */
+void tu_stop_between_writes(int pid, const char *url);
+
+/* Empties table's ${table}_alive on the server of url (PostgreSQL or
+ * MariaDB), as a crash does: the next grant advances the fencing epoch.
+ * TRUNCATE, which waits for every transaction that read the table, so it
+ * gives up (failing the test) after 5 s rather than hang behind a lock a
+ * failed test left held. */
+void tu_lose_epoch(const char *url, const char *table);
+
 /* Acquires name on c (wait and lease as in dblock_lock_acquire), or fails
  * the test with the reason. */
 dblock_lock *tu_acquire(dblock_client *c, const char *name, int64_t wait_ms,
@@ -78,6 +96,25 @@ int tu_try(dblock_client *c, const char *name);
 /* An on_lost callback that counts its calls in tu_lost_calls. */
 extern atomic_int tu_lost_calls;
 void tu_on_lost(const char *name, int64_t fence, int reason, void *arg);
+
+/* Starts a lock holder in a process of its own: tests/lockhelper from
+ * the tree in DBLOCK_TEST_TREE (default "build"), exec'd — not a forked
+ * copy of the test, in which ThreadSanitizer lets no thread start. It
+ * opens a client on url with o's strategy, table, lease_ms, fair and
+ * backoff (backoff_min_ms must equal backoff_max_ms; other fields are not
+ * passed on), and returns once that client is open (the test fails when
+ * it is not within 10 s). It then acquires name waiting wait_ms (-1:
+ * forever), writes the fence on a line to the pipe whose read end goes to
+ * *out (when out is not NULL) and sleeps until killed; whatever of it
+ * still runs when the test process exits is killed then. Returns its pid. */
+int tu_spawn_holder(const char *url, const dblock_options *o, const char *name, int64_t wait_ms,
+                    int *out);
+/* Reads the fence a holder from tu_spawn_holder wrote on fd, waiting up to
+ * 10 s; when it wrote none, kills it and fails the test with its exit
+ * status. */
+int64_t tu_holder_fence(int fd, int pid);
+/* Whether process pid (a child of this one) has not exited yet. */
+int tu_alive(int pid);
 
 /* The message of the last error on c (or of the thread when c is NULL). */
 const char *tu_errmsg(dblock_client *c);

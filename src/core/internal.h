@@ -108,7 +108,10 @@ struct dblock_client {
   struct dbl_held *held;
   struct dbl_listener *lsn; /* the wait queue's listener (queue.c), once a
                                waiter needed it */
-  struct { uint64_t hash; int64_t version; } vcache[1024]; /* optimistic hints */
+  /* Per-name version hints (lock.c), kept when hints is set: each good
+   * until until_ms (monotonic), after which the row may be gone. */
+  struct { uint64_t hash; int64_t version, until_ms; } vcache[1024];
+  int hints;
   struct { uint64_t hash; int64_t at_ms; } busy_hint[256]; /* names found busy
                                                   lately (lock.c: who queues) */
   int key_waiters; /* acquires waiting on a connection of their own for a

@@ -22,27 +22,35 @@ static uint64_t jitter_rand(void) {
   return s;
 }
 
-/* FNV-1a of a name, for the optimistic version-hint cache. */
+/* FNV-1a of a name, for the version-hint cache. */
 static uint64_t name_hash(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
   return h | 1;
 }
 
+/* The hint for a name, or -1: none, or older than its horizon. */
 static int64_t hint_get(dblock_client *cl, uint64_t hash) {
   int64_t v = -1;
   size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
   dbl_lock(cl);
-  if (cl->vcache[i].hash == hash) v = cl->vcache[i].version;
+  if (cl->vcache[i].hash == hash && dbl_mono_ms() < cl->vcache[i].until_ms)
+    v = cl->vcache[i].version;
   dbl_unlock(cl);
   return v;
 }
 
-static void hint_put(dblock_client *cl, uint64_t hash, int64_t version) {
+/* Keeps version as the name's hint (-1: forgets it) until until_ms; 0
+ * keeps the horizon the name's slot already has (a release: the row
+ * stays at least as long as the grant's lease, whatever the release
+ * answered), and none if the slot holds another name. */
+static void hint_put(dblock_client *cl, uint64_t hash, int64_t version, int64_t until_ms) {
   size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
   dbl_lock(cl);
+  if (!until_ms) until_ms = cl->vcache[i].hash == hash ? cl->vcache[i].until_ms : 0;
   cl->vcache[i].hash = version != -1 ? hash : 0; /* (-2: see optimistic.c) */
   cl->vcache[i].version = version;
+  cl->vcache[i].until_ms = until_ms;
   dbl_unlock(cl);
 }
 
@@ -210,8 +218,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   dbl_op_init(op, cl, pc, h, e);
   op->reentrant = reentrant;
   op->attempt = attempt_no;
-  if (cl->strat->version_hints)
-    op->version_hint = reentrant ? h->version : hint_get(cl, hash);
+  if (cl->hints) op->version_hint = reentrant ? h->version : hint_get(cl, hash);
   op->q.ticket = qp->ticket;
   op->q.fair = cl->opts.fair;
   /* (the key's holder is never refused: it names no key. On PostgreSQL
@@ -368,9 +375,11 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
     h->version = op.g.version;
     dbl_set_lease_clock(cl, h, sent);
     dbl_unlock(cl);
-    if (cl->strat->version_hints) hint_put(cl, hash, h->version);
-  } else if (cl->strat->version_hints) {
-    hint_put(cl, hash, op.version_hint);
+    /* (the row stays at least until the lease that began after sent
+     * ends: the reaper takes only rows whose lease ended) */
+    if (cl->hints) hint_put(cl, hash, h->version, sent + h->lease_ms);
+  } else if (cl->hints) {
+    hint_put(cl, hash, op.version_hint, dbl_mono_ms() + cl->opts.lease_ms);
   }
   if (rc == 0 && pins && dbl_call_end(cl, pc)) {
     /* Cut just after its answer came: the session (and the row lock it
@@ -988,8 +997,7 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
   if (rc == 0) h->version = op.g.version;
   /* (freed and committed: the name's oldest sleeper on the board tries) */
   if (rc == 0 && final && dbl_board_possible(cl)) dbl_board_post(cl, dbl_board_hash(cl, h->name));
-  if (cl->strat->version_hints)
-    hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1);
+  if (cl->hints) hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1, 0);
   if (h->pinned) {
     if (final) {
       h->pinned = NULL;

@@ -154,6 +154,10 @@ static const probe PROBES[] = {
      {PG_REL("_queue"),
       "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
       "WHERE n.nspname = '${schema}' AND p.proname = '${table}_hand_off'"}},
+    {"postgres", 5,
+     {"SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+      "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '${schema}' "
+      "AND c.relname = '${table}_alive' AND t.tgname = '${table}_alive_kept'"}},
     {"mysql", 1,
      {MY_REL("") " AND table_type = 'BASE TABLE'",
       "SELECT count(*) FROM ${table} WHERE name = ''",

@@ -165,18 +165,22 @@ static int to_pg(const dbl_param *p, int np, const char **vals, int *lens,
 /* Returns the name of the prepared statement for sql, preparing it (one
  * round trip) the first time: parsing and planning dblock's statements on
  * every call cost more server time than the round trip. Only statements
- * with parameters are prepared. NULL with e set on failure. */
-static const char *prepared(dbl_conn *c, const char *sql, const char *q, int np, dbl_err *e) {
-  char *name = dbl_cache_get(&c->cache, sql);
+ * with parameters are prepared. The `?` are rewritten only then: a known
+ * statement costs a cache lookup, not a pass over its text. NULL with e
+ * set on failure. */
+static const char *prepared(dbl_conn *c, const char *sql, int np, dbl_err *e) {
+  char *name = dbl_cache_get(&c->cache, sql), *q;
   void *evicted;
   PGresult *r;
   if (name) return name;
-  if (!(name = malloc(24))) {
+  if (!(name = malloc(24)) || !(q = rewrite(sql))) {
+    free(name);
     dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
     return NULL;
   }
   snprintf(name, 24, "dbl%llu", (unsigned long long)++c->next_name);
   r = PQprepare(c->pg, name, q, np, NULL);
+  free(q);
   c->trips++;
   if (PQresultStatus(r) != PGRES_COMMAND_OK) {
     fail_res(c, r, e);
@@ -200,17 +204,18 @@ static int send_one(dbl_conn *c, const char *sql, const dbl_param *p, int np,
   int lens[PG_MAX_PARAMS], fmts[PG_MAX_PARAMS];
   char nums[PG_MAX_PARAMS][24];
   const char *name = NULL;
-  char *q;
+  char *q = NULL;
   int ok;
   if (np > PG_MAX_PARAMS)
     return dbl_err_set(e, DBLOCK_EINVAL, "", 0, "too many parameters");
   to_pg(p, np, vals, lens, fmts, nums);
-  if (!(q = rewrite(sql))) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
   /* In a pipeline the statement must already be prepared (pg_pipeline
-   * prepares first); outside one, prepare on first use. */
-  if (np > 0 && !c->pooled && !(name = prepared(c, sql, q, np, e))) {
-    free(q);
-    return e->code;
+   * prepares first); outside one, prepare on first use. Unprepared (no
+   * parameters, or behind a pooler): sent as text, `?` rewritten. */
+  if (np > 0 && !c->pooled) {
+    if (!(name = prepared(c, sql, np, e))) return e->code;
+  } else if (!(q = rewrite(sql))) {
+    return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
   }
   if (pipelined) {
     ok = name ? PQsendQueryPrepared(c->pg, name, np, vals, lens, fmts, 0)
@@ -254,14 +259,7 @@ static int pg_pipeline(dbl_conn *c, const dbl_stmt *s, int n, dbl_res *res,
   /* Prepare what is not yet prepared, before the pipeline (first use on
    * this connection only). */
   for (i = 0; i < n && !c->pooled; i++)
-    if (s[i].nparams > 0) {
-      char *q = rewrite(s[i].sql);
-      const char *name;
-      if (!q) return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
-      name = prepared(c, s[i].sql, q, s[i].nparams, e);
-      free(q);
-      if (!name) return e->code;
-    }
+    if (s[i].nparams > 0 && !prepared(c, s[i].sql, s[i].nparams, e)) return e->code;
   if (!PQenterPipelineMode(c->pg)) return fail_res(c, NULL, e);
   for (i = 0; i < n && rc == 0; i++)
     rc = send_one(c, s[i].sql, s[i].params, s[i].nparams, 1, NULL, e);

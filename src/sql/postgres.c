@@ -60,6 +60,26 @@
   " AND l.owner_thread = " thr ") OR ((l.state = 0 OR l.expires_at <= "                \
   "statement_timestamp()) AND " QUEUE_GUARD_PG " AND NOT " WAKE_REFUSED_PG "))"
 
+/* What every grant returns: the fence, the hold count, the expiry (µs
+ * since the epoch, server clock) and the row version. */
+#define GRANT_RETURNING_PG \
+  "RETURNING fence, hold_count, (extract(epoch FROM expires_at) * 1000000)::int8, version"
+
+/* A grant as an UPDATE of the row l (INSERT_TAKE, OPT_CAS): one more hold
+ * with the same fence when mine (the caller's own live hold, reentrant),
+ * else a fresh hold with a fence above the row's and every one drawn.
+ * Parameters: mine's, three times, then host, pid, thread, token and the
+ * lease in µs. */
+#define GRANT_SET_PG(strategy, mine)                                                    \
+  "hold_count = CASE WHEN " mine " THEN l.hold_count + 1 ELSE 1 END, "                  \
+  "fence = CASE WHEN " mine " THEN l.fence "                                            \
+  "  ELSE GREATEST(l.fence + 1, " DBL_PG_NEXT_FENCE ") END, "                           \
+  "acquired_at = CASE WHEN " mine " THEN l.acquired_at ELSE statement_timestamp() END, " \
+  "strategy = '" strategy "', state = 1, version = l.version + 1, "                     \
+  "owner_host = ?, owner_pid = ?::int8, owner_thread = ?::int8, owner_token = ?, "      \
+  "renewed_at = statement_timestamp(), "                                                \
+  "expires_at = statement_timestamp() + ?::int8 * interval '1 microsecond' "
+
 /* (The NOT EXISTS reads the row as of the statement's start and skips the
  * INSERT when the row visibly keeps the caller out: ON CONFLICT DO UPDATE
  * locks the conflicting row even when its WHERE then refuses, and a row
@@ -95,9 +115,38 @@
     "renewed_at = excluded.renewed_at, expires_at = excluded.expires_at "              \
     "WHERE l.strategy <> 'for_update' AND "                                            \
     TAKEABLE_PG("excluded.owner_token", "excluded.owner_thread") " "                   \
-    "RETURNING fence, hold_count, (extract(epoch FROM expires_at) * 1000000)::int8, version"
+    GRANT_RETURNING_PG
 
 static const char INSERT_ACQUIRE[] = INSERT_ACQUIRE_BODY;
+
+/* The usual attempt on a row that exists, as a plain UPDATE (the
+ * strategy sends INSERT_ACQUIRE when this one answers that the row is
+ * missing): an UPDATE reads the row and writes only when it is takeable,
+ * so a busy attempt locks nothing and draws no fence, with no separate
+ * look at the row first; INSERT … ON CONFLICT DO UPDATE locks the row
+ * before its WHERE, and that look is what kept a busy poll from a flushed
+ * row lock. The ON CONFLICT form cost 2-2.5 × the server time of this one
+ * per execution (EXPLAIN ANALYZE of the prepared statements, W1's row).
+ * Not for a waiter just handed the wake key: its release gives the key
+ * up before committing, and an UPDATE would skip the row as still held
+ * where ON CONFLICT waits for that commit. Answers a row of zeros (fence
+ * 0, never a token) when nothing was taken and the row is missing or its
+ * lease has ended — a row the reaper may be deleting under this statement,
+ * which an UPDATE would skip too: INSERT_ACQUIRE decides those. A row
+ * with no lease (for_update) counts as present: busy, then a mismatch.
+ * (Left open: a row whose lease ends between this statement's start and
+ * a delete that beats it — `dblock forget` deletes at its own now, with
+ * no grace — answers busy once, where the upsert would have granted.) */
+static const char INSERT_TAKE[] =
+    "WITH g AS (UPDATE ${schema}.${table} AS l SET "
+    /* (a live hold is the caller's: the WHERE took it only if so) */
+    GRANT_SET_PG("insert", "(l.state = 1 AND l.expires_at > statement_timestamp() "
+                           "AND ?::int4 = 1)")
+    "WHERE l.name = ? AND l.strategy <> 'for_update' AND " TAKEABLE_PG("?", "?::int8") " "
+    GRANT_RETURNING_PG ") "
+    "SELECT * FROM g UNION ALL SELECT 0, 0, 0, 0 WHERE NOT EXISTS (SELECT 1 FROM g) "
+    "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table} AS m WHERE m.name = ? "
+    "AND COALESCE(m.expires_at >= statement_timestamp(), true))";
 
 /* A blocking waiter's attempt (lock.c, queue.c): the grant as above, and
  * in the same statement its ticket — dropped on a grant; else refreshed
@@ -175,18 +224,9 @@ static const char INSERT_FREE[] = HAND_OFF_PG(
     "AND state = 1");
 
 #define OPT_CAS_BODY                                                                   \
-    "UPDATE ${schema}.${table} AS l SET "                                              \
-    "hold_count = CASE WHEN " MINE_PG " THEN l.hold_count + 1 ELSE 1 END, "           \
-    "fence = CASE WHEN " MINE_PG " THEN l.fence "                                      \
-    "  ELSE GREATEST(l.fence + 1, " DBL_PG_NEXT_FENCE ") END, "                         \
-    "acquired_at = CASE WHEN " MINE_PG " THEN l.acquired_at ELSE statement_timestamp() END, " \
-    "strategy = 'optimistic', state = 1, version = l.version + 1, "                     \
-    "owner_host = ?, owner_pid = ?::int8, owner_thread = ?::int8, owner_token = ?, "    \
-    "renewed_at = statement_timestamp(), "                                              \
-    "expires_at = statement_timestamp() + ?::int8 * interval '1 microsecond' "          \
+    "UPDATE ${schema}.${table} AS l SET " GRANT_SET_PG("optimistic", MINE_PG)          \
     "WHERE l.name = ? AND (l.version = ?::int8 OR ?::int8 = -2) AND l.strategy <> 'for_update' " \
-    "AND " TAKEABLE_PG("?", "?::int8") " "                                              \
-    "RETURNING fence, hold_count, (extract(epoch FROM expires_at) * 1000000)::int8, version"
+    "AND " TAKEABLE_PG("?", "?::int8") " " GRANT_RETURNING_PG
 
 static const char OPT_CAS[] = OPT_CAS_BODY;
 
@@ -411,21 +451,45 @@ static const char MIG_LIST[] =
 static const char MIG_RECORD[] =
     "INSERT INTO ${schema}.${table}_migrations (version, name, checksum) VALUES (?::int4, ?, ?)";
 
-/* The epoch bump (fence.h): a flushed commit that moves the durable epoch
- * in the '' row, unless another session vouched meanwhile, then the vouch
- * that refills ${table}_alive. */
+/* The epoch bump (fence.h): one flushed transaction that moves the
+ * durable epoch in the '' row and vouches for it in ${table}_alive, unless
+ * another session vouched meanwhile. Once vouched, the epoch must not move
+ * again while the server runs: a granting statement reads it in the
+ * snapshot it took before waiting for its row (for_update's draw has
+ * nothing else to order it), so a second move would let a waiter that
+ * read the old epoch, overtaken by a newcomer that read the new one, be
+ * granted a token below the newcomer's (test_faults test_epoch_bump_race).
+ * Hence:
+ * - EPOCH_BUMP opens the transaction and, unless the table is already
+ *   filled, locks the '' row, so that bumpers that found the table empty
+ *   together go one at a time;
+ * - EPOCH_MOVE tests the table in a statement of its own, whose snapshot
+ *   (READ COMMITTED, one per statement: set here, whatever the role's
+ *   default) is taken once the lock is held and so sees an earlier
+ *   bumper's vouch — an UPDATE that waited for the row itself would
+ *   re-check its condition in its old snapshot. It returns the new epoch
+ *   when it moved it;
+ * - EPOCH_VOUCH fills the table in the same transaction, which becomes
+ *   visible only once its commit is flushed (synchronous_commit = on),
+ *   and never changes a table that already holds an epoch (migration
+ *   0005 makes the server refuse that too). A bumper that moved nothing
+ *   rolls back instead: no flush while the others queue on the row. */
 static const char EPOCH_BUMP[] =
-    "BEGIN; SET LOCAL synchronous_commit = on; "
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on; "
+    "SELECT 1 FROM ${schema}.${table} WHERE name = '' "
+    "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table}_alive) FOR UPDATE";
+static const char EPOCH_MOVE[] =
     "UPDATE ${schema}.${table} SET fence = fence + 1 WHERE name = '' "
-    "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table}_alive); COMMIT";
+    "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table}_alive) RETURNING fence";
 static const char EPOCH_VOUCH[] =
     "INSERT INTO ${schema}.${table}_alive (id, epoch) "
-    "SELECT 1, fence FROM ${schema}.${table} WHERE name = '' "
-    "ON CONFLICT (id) DO UPDATE SET epoch = GREATEST(${table}_alive.epoch, excluded.epoch)";
+    "SELECT 1, fence FROM ${schema}.${table} WHERE name = '' ON CONFLICT (id) DO NOTHING; "
+    "COMMIT";
 
 const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "012345a0437899966678999", 1, {0, 1, 2, 3}},
     [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "012345f04378eee66678eee9b0bdca9bc9b4378eee0", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_TAKE] = {INSERT_TAKE, "66612345043789990", 1, {0, 1, 2, 3}},
     [DBL_S_INSERT_FREE] = {INSERT_FREE, "0123444", 1, DBL_OUT_VERSION(0)},
     [DBL_S_OPT_FREE] = {OPT_FREE, "0123444", 1, DBL_OUT_VERSION(0)},
     [DBL_S_OPT_CAS] = {OPT_CAS, "012012012341056770189aaa", 1, {0, 1, 2, 3}},
@@ -461,6 +525,7 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_BUMP] = {EPOCH_BUMP, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_VOUCH] = {EPOCH_VOUCH, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_EPOCH_MOVE] = {EPOCH_MOVE, NULL, 1, DBL_OUT_NONE},
     [DBL_S_EPOCH_READ] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP_PICK] = {NULL, NULL, 0, DBL_OUT_NONE},
 };
@@ -469,14 +534,22 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
 
 
 static int epoch_bump(const dbl_sqlrun *x, int *moved) {
+  dbl_res r;
   int rc;
-  *moved = 1; /* (PostgreSQL reads the table in every grant: it was empty) */
-  if ((rc = x->drv->script(x->c, x->sqls[DBL_S_EPOCH_BUMP], x->e)) != 0) {
-    dbl_err scratch;
-    if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);
-    return rc;
+  *moved = 0;
+  if ((rc = x->drv->script(x->c, x->sqls[DBL_S_EPOCH_BUMP], x->e)) == 0 &&
+      (rc = x->drv->query(x->c, x->sqls[DBL_S_EPOCH_MOVE], NULL, 0, &r, x->e)) == 0) {
+    *moved = r.nrows == 1;
+    dbl_res_clear(&r);
+    rc = *moved ? x->drv->script(x->c, x->sqls[DBL_S_EPOCH_VOUCH], x->e)
+                : x->drv->rollback(x->c, x->e);
   }
-  return x->drv->script(x->c, x->sqls[DBL_S_EPOCH_VOUCH], x->e);
+  if (rc != 0) {
+    dbl_err scratch;
+    *moved = 0;
+    if (!x->drv->broken(x->c)) x->drv->rollback(x->c, &scratch);
+  }
+  return rc;
 }
 
 /* The migration lock: a transaction-level advisory lock keyed by the

@@ -173,6 +173,7 @@ const dbl_sqldef dbl_sql_sqlite[DBL_S_COUNT] = {
     [DBL_S_EPOCH_BUMP] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_VOUCH] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_EPOCH_READ] = {NULL, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_EPOCH_MOVE] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP_PICK] = {NULL, NULL, 0, DBL_OUT_NONE},
 };
 

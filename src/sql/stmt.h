@@ -45,6 +45,13 @@ typedef enum dbl_sid {
    * the grant, or (busy) one row: column 4 the ticket, 5 the row's
    * strategy, 6 whether the row keeps the caller out (see OPT_READ). */
   DBL_S_INSERT_QUEUED,
+  /* The same attempt as INSERT_ACQUIRE (same params) where the dialect
+   * has a cheaper form for a row that exists (NULL: it has not, and
+   * INSERT_ACQUIRE is run). Not for a caller just handed the wake key, nor
+   * a queued one. Out: the grant; or one row with fence 0 when the row is
+   * missing, or its lease ended (the reaper may be deleting it): then run
+   * INSERT_ACQUIRE. Count 0 = busy. */
+  DBL_S_INSERT_TAKE,
   /* insert / optimistic release (final). Params: name, token, thread,
    * fence, the wake key the releaser holds (NULL: none; given up with the
    * row where the dialect has keys). Out: version (OPT_FREE, when the
@@ -133,10 +140,12 @@ typedef enum dbl_sid {
   DBL_S_MIG_LIST,
   DBL_S_MIG_RECORD,
   /* Used only by the dialects' own procedures (below): the epoch bump and
-   * vouch (scripts), the epoch read, the reaper's pick. */
+   * vouch (scripts), the epoch read, the epoch move (PostgreSQL: a query
+   * inside the bump's transaction), the reaper's pick. */
   DBL_S_EPOCH_BUMP,
   DBL_S_EPOCH_VOUCH,
   DBL_S_EPOCH_READ,
+  DBL_S_EPOCH_MOVE,
   DBL_S_REAP_PICK,
   /* The wake key (src/core/wake.c), where the server has named session
    * locks (MariaDB's user locks, PostgreSQL's advisory locks): WAIT
