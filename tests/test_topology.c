@@ -548,7 +548,7 @@ static void test_pg_failover(void **st) {
    * told (never silently re-taken). */
   for (int i = 0; i < 150 && !dblock_lock_is_lost(fl); i++) tu_sleep_ms(100);
   assert_int_equal(dblock_lock_is_lost(fl), 1);
-  assert_int_equal(atomic_load(&tu_lost_calls), 1);
+  assert_int_equal(tu_await_lost_calls(1, 2000), 1);
   assert_int_equal(dblock_lock_release(fl), DBLOCK_ELOST);
   dblock_client_free(fu);
   /* Others: busy on every held name; new grants above every old fence. */

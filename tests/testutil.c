@@ -246,6 +246,12 @@ void tu_on_lost(const char *name, int64_t fence, int reason, void *arg) {
   atomic_fetch_add(&tu_lost_calls, 1);
 }
 
+int tu_await_lost_calls(int want, int64_t ms) {
+  int64_t end = tu_now_ms() + ms;
+  while (atomic_load(&tu_lost_calls) < want && tu_now_ms() < end) tu_sleep_ms(5);
+  return atomic_load(&tu_lost_calls);
+}
+
 /* The holders tu_spawn_holder started, killed at exit if still there (a
  * failed assertion may leave one waiting, or stopped with SIGSTOP). */
 static int g_holders[32];

@@ -96,6 +96,10 @@ int tu_try(dblock_client *c, const char *name);
 /* An on_lost callback that counts its calls in tu_lost_calls. */
 extern atomic_int tu_lost_calls;
 void tu_on_lost(const char *name, int64_t fence, int reason, void *arg);
+/* tu_lost_calls once it reaches want, or when ms have passed. A handle
+ * says lost (dblock_lock_is_lost) before its callback has run (a worker
+ * runs it soon after): a test that saw the flag waits for the call. */
+int tu_await_lost_calls(int want, int64_t ms);
 
 /* Starts a lock holder in a process of its own: tests/lockhelper from
  * the tree in DBLOCK_TEST_TREE (default "build"), exec'd — not a forked
