@@ -80,7 +80,7 @@ typedef struct dbl_op {
    * dbl_run consumes it. Out: ran, 1 when it succeeded. */
   struct {
     dbl_sid id;
-    dbl_param p[2];
+    dbl_param p[3];
     int np;
     int ran;
   } pre;
