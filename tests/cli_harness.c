@@ -561,10 +561,8 @@ const tu_backend *migrated(const char *name) {
 const char HOLD_SCRIPT[] = READY LOOP;
 const char TRAP_SCRIPT[] = "trap 'echo TERM > \"$3\"; exit 0' TERM; " READY LOOP;
 
-/* Starts `dblock run [--lease L] NAME -- sh -c SCRIPT` and waits until the
- * child runs (holds the lock). */
 holder hold(const tu_backend *b, const char *strategy, const char *name, const char *lease,
-            const char *script) {
+            const char *kill_after, const char *script) {
   holder h;
   cmdv c = dblock_cmd(b->url, strategy);
   char *ready, *nl;
@@ -574,6 +572,7 @@ holder hold(const tu_backend *b, const char *strategy, const char *name, const c
   h.marker = tpath("marker");
   cv_addl(&c, "run", name, NULL);
   if (lease) cv_addl(&c, "--lease", lease, NULL);
+  if (kill_after) cv_addl(&c, "--kill-after", kill_after, NULL);
   cv_addl(&c, "--", "sh", "-c", script, "sh", h.ready, h.stop, h.marker, NULL);
   h.p = start(&c);
   ready = wait_file(h.ready, &h.p, 20000);
@@ -592,6 +591,24 @@ holder hold(const tu_backend *b, const char *strategy, const char *name, const c
   if (strcmp(h.env_name, name) != 0)
     fail_msg("`%s`: DBLOCK_NAME='%s', expected '%s'", h.p.cmd, h.env_name, name);
   return h;
+}
+
+void await_handler(int pid, int sig, int64_t ms) {
+  int64_t end = tu_now_ms() + ms;
+  unsigned long long mask = 0;
+  do {
+    char path[64], line[256];
+    FILE *f;
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    if ((f = fopen(path, "r"))) {
+      while (fgets(line, sizeof line, f))
+        if (strncmp(line, "SigCgt:", 7) == 0) mask = strtoull(line + 7, NULL, 16);
+      fclose(f);
+    }
+    if (mask & (1ULL << (sig - 1))) return;
+    tu_sleep_ms(10);
+  } while (tu_now_ms() < end);
+  fail_msg("process %d never set a handler for signal %d", pid, sig);
 }
 
 /* Lets the holder's child finish; expects `dblock run` to exit 0. */

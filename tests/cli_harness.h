@@ -160,10 +160,13 @@ typedef struct holder {
   const char *env_name; /* DBLOCK_NAME seen by the child */
 } holder;
 
-/* Starts `dblock run [--lease L] NAME -- sh -c SCRIPT` and waits until the
- * child runs (holds the lock). */
+/* Starts `dblock run [--lease L] [--kill-after K] NAME -- sh -c SCRIPT`
+ * and waits until the child runs (holds the lock). */
 holder hold(const tu_backend *b, const char *strategy, const char *name, const char *lease,
-            const char *script);
+            const char *kill_after, const char *script);
+/* Waits up to ms for process pid to catch signal sig (its handler is in
+ * place: /proc/PID/status SigCgt); fails the test if it never does. */
+void await_handler(int pid, int sig, int64_t ms);
 /* Lets the holder's child finish; expects `dblock run` to exit 0. */
 void unhold(holder *h);
 /* `dblock run --wait WAIT NAME -- sh -c 'touch RAN'`: returns the result

@@ -268,8 +268,8 @@ static atomic_llong lost_time;
 static void on_lost_timed(const char *name, int64_t fence, int reason, void *arg) {
   long long zero = 0;
   (void)name, (void)fence, (void)reason, (void)arg;
+  atomic_fetch_add(&tu_lost_calls, 1); /* (first: whoever sees the time sees the count) */
   atomic_compare_exchange_strong(&lost_time, &zero, (long long)tu_now_ms());
-  atomic_fetch_add(&tu_lost_calls, 1);
 }
 
 /* Waits up to ms for the handle to know it is lost. */
@@ -333,7 +333,10 @@ static void test_paused_holder(void **s) {
     int rc, bits = 0;
     o.strategy = cur.strategy;
     o.table = cur.table;
-    o.lease_ms = 1000;
+    /* (for_update: a lease of 30 s pings every 5 s, each bounded by 5 s,
+     * so the 1.3 s stop cannot outlast a ping caught in flight — its cut
+     * would end the session) */
+    o.lease_ms = leased() ? 1000 : 30000;
     o.on_lost = tu_on_lost;
     atomic_store(&tu_lost_calls, 0);
     if (dblock_client_open(&a, cur.url, &o) || dblock_lock_acquire(&la, a, name, 0, 0)) _exit(99);

@@ -246,6 +246,11 @@ void tu_on_lost(const char *name, int64_t fence, int reason, void *arg) {
   atomic_fetch_add(&tu_lost_calls, 1);
 }
 
+int tu_slow_tree(void) {
+  const char *t = getenv("DBLOCK_TEST_TREE");
+  return t && strcmp(t, "build") != 0;
+}
+
 int tu_await_lost_calls(int want, int64_t ms) {
   int64_t end = tu_now_ms() + ms;
   while (atomic_load(&tu_lost_calls) < want && tu_now_ms() < end) tu_sleep_ms(5);

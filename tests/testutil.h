@@ -100,6 +100,9 @@ void tu_on_lost(const char *name, int64_t fence, int reason, void *arg);
  * says lost (dblock_lock_is_lost) before its callback has run (a worker
  * runs it soon after): a test that saw the flag waits for the call. */
 int tu_await_lost_calls(int want, int64_t ms);
+/* 1 in the sanitizer trees (DBLOCK_TEST_TREE other than "build"), where
+ * every step takes several times longer: for limits on elapsed time. */
+int tu_slow_tree(void);
 
 /* Starts a lock holder in a process of its own: tests/lockhelper from
  * the tree in DBLOCK_TEST_TREE (default "build"), exec'd — not a forked
