@@ -242,7 +242,8 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
     op->pre.p[0] = DBL_STR(qp->key);
     op->pre.p[1] = DBL_I64(fuse_ms * 1000);
     op->pre.p[2] = DBL_TEXT(h->name, h->name_len);
-    op->pre.np = 3;
+    op->pre.p[3] = DBL_I64(cl->strat->key_sees_commit);
+    op->pre.np = 4;
     qp->fuse_ms = 0;
   }
   if (qp->queued) {

@@ -325,14 +325,16 @@ static const char QUEUE_LEAVE[] =
  * does DROP — which never warns, as unlocking a lock not held would.
  * (No WAIT alone: every wait goes with its attempt.)
  *
- * Once the key came, the name's row is locked as the grant will lock it
- * (FOR NO KEY UPDATE, under the session's lock_timeout again): a release
- * gives the key up inside its statement, before its commit, and the
- * attempt behind this one takes its snapshot when it starts. Without the
- * wait for the releaser's commit here, an attempt that started first saw
- * the row still held: an UPDATE (optimistic's CAS) skipped it, and the
- * waiter handed the key spent two more round trips (a read, a CAS) on a
- * free name. Params: key, µs, name. */
+ * Once the key came, and when the strategy asks (its flag: optimistic),
+ * the name's row is locked as the grant will lock it (FOR NO KEY UPDATE,
+ * under the session's lock_timeout again): a release gives the key up
+ * inside its statement, before its commit, and the attempt behind this
+ * one takes its snapshot when it starts. Without the wait for the
+ * releaser's commit here, an attempt that started first saw the row still
+ * held: an UPDATE (optimistic's CAS) skipped it, and the waiter handed the
+ * key spent two more round trips (a read, a CAS) on a free name. insert's
+ * upsert waits for that commit itself, and the lock costs it a WAL record
+ * per hand-over. Params: key, µs, name, flag. */
 static const char WAKE_TAKE[] =
     "WITH o (v, u) AS MATERIALIZED (SELECT current_setting('lock_timeout'), "
     "pg_advisory_unlock_all()), "
@@ -341,7 +343,7 @@ static const char WAKE_TAKE[] =
     "k (l, v) AS MATERIALIZED (SELECT pg_advisory_lock(t.a, t.b), t.v FROM t), "
     "s (v) AS MATERIALIZED (SELECT set_config('lock_timeout', k.v, true) FROM k), "
     "r (n) AS MATERIALIZED (SELECT 1 FROM ${schema}.${table} AS l, s WHERE l.name = ? "
-    "FOR NO KEY UPDATE OF l) "
+    "AND ?::int4 = 1 FOR NO KEY UPDATE OF l) "
     "SELECT 1, s.v FROM s, (SELECT count(*) FROM r) AS c";
 static const char WAKE_DROP[] = "SELECT pg_advisory_unlock_all()";
 
@@ -531,7 +533,7 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_QUEUE_LEAVE] = {QUEUE_LEAVE, NULL, 1, DBL_OUT_NONE},
     [DBL_S_QUEUE_REAP] = {QUEUE_REAP, NULL, 0, DBL_OUT_NONE},
     [DBL_S_WAKE_DROP] = {WAKE_DROP, "", 0, DBL_OUT_NONE},
-    [DBL_S_WAKE_TAKE] = {WAKE_TAKE, "1002", 1, DBL_OUT_NONE},
+    [DBL_S_WAKE_TAKE] = {WAKE_TAKE, "10023", 1, DBL_OUT_NONE},
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_LIST] = {MIG_LIST, NULL, 1, DBL_OUT_NONE},
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},

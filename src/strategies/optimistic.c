@@ -174,4 +174,5 @@ const dbl_strategy dbl_strategy_optimistic = {
     .renew = dbl_lease_renew,
     .released = dbl_lease_released,
     .version_hints = 1,
+    .key_sees_commit = 1, /* (the CAS is an UPDATE) */
 };

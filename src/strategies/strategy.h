@@ -80,7 +80,7 @@ typedef struct dbl_op {
    * dbl_run consumes it. Out: ran, 1 when it succeeded. */
   struct {
     dbl_sid id;
-    dbl_param p[3];
+    dbl_param p[4];
     int np;
     int ran;
   } pre;
@@ -96,6 +96,12 @@ typedef struct dbl_strategy {
                           multi-primary cluster (Galera) another node grants
                           the same row at once and the conflict surfaces only
                           at COMMIT, after the critical section */
+  int key_sees_commit; /* its grant reads the row in the statement's
+                          snapshot (an UPDATE): a waiter just handed the
+                          wake key, whose releaser gave it up before
+                          committing, first waits for that commit (the
+                          core asks DBL_S_WAKE_TAKE to). An upsert waits
+                          for it itself. */
   /* One attempt. 0 = granted (op->h filled), DBLOCK_EBUSY = held by
    * another owner, DBLOCK_EMISMATCH, or an error. wait_ms is only used by
    * strategies that wait in the server (polling ones get 0). */
