@@ -236,7 +236,8 @@ dblock_strategy dblock_client_strategy(const dblock_client *client);
  * in the server is cut, a polling sleep woken; on PostgreSQL, an insert or
  * optimistic waiter waiting for the name's wake key, whose grant is sent
  * with that wait and would still run if the wait were cut, returns when
- * the wait ends, within 250 ms), and every one started
+ * the wait ends, within 250 ms — 1.25 s while another transaction keeps
+ * the name's row locked), and every one started
  * afterwards returns it at once, until dblock_client_cancel_clear(). A
  * grant that completed before the cancel reached it is kept (the acquire
  * returns 0). Nothing else is affected: held locks stay held and renewed,

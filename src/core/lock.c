@@ -119,8 +119,9 @@ typedef struct queue_place {
   int kc_unsure;
   /* > 0: the next attempt first waits this long for the key, in the same
    * round trip (DBL_S_WAKE_TAKE), and runs only once it has it; fuse_miss
-   * then says that the wait did not get the key (ran out, or failed), so
-   * that the attempt behind it never ran. */
+   * then says that the wait failed (ran out, or got the key and then ran
+   * out waiting for the row: the session may hold the key, so kc_unsure
+   * is set too), so that the attempt behind it never ran. */
   int64_t fuse_ms;
   int fuse_miss;
   int woken; /* the attempt follows a wake-up on the wake board, or a
@@ -213,7 +214,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   *sent = dbl_mono_ms();
   /* (a fused wait for the key: the lease clock starts before it, which
    * only makes the holder think its lease shorter — by at most the wait,
-   * a quarter of the lease) */
+   * a quarter of the lease, and what its row may take) */
   dbl_call_bound(cl, pc, attempt_bound(cl, h, *sent, wait_ms > fuse_ms ? wait_ms : fuse_ms));
   dbl_op_init(op, cl, pc, h, e);
   op->reentrant = reentrant;
@@ -316,8 +317,9 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
    * short pieces and let the loop look at the flag between them). Not a
    * wait for the wake key with the grant behind it (fuse_ms): cut, the
    * server would still run the grant once the key came, for a caller told
-   * "cancelled". That wait is bounded (FUSE_MAX_MS), and the loop looks
-   * at the flag after it. */
+   * "cancelled". That wait is bounded (FUSE_MAX_MS, and the session's
+   * lock wait for a row another transaction keeps locked), and the loop
+   * looks at the flag after it. */
   if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 && wait_ms > DBL_CANCEL_PIECE_MS)
     wait_ms = DBL_CANCEL_PIECE_MS;
   /* (A cancel that came before the registration found no slot: look at

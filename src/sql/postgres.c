@@ -310,10 +310,12 @@ static const char QUEUE_LEAVE[] =
 /* The wake key (src/core/lock.c waits for it with the attempt behind it,
  * in one pipeline, one implicit transaction): wait up to the given µs for
  * it — with a lock_timeout local to that transaction, put back to the one
- * found (the session's) once the key came, for the attempt after it. A
- * wait that ran out fails with 55P03 (busy), and the attempt does not
- * run. Params: key, µs. Each CTE reads the one before it, which orders
- * the steps.
+ * found (the session's) once the key came, for the row (below) and the
+ * attempt after it. A wait that
+ * ran out fails with 55P03 (busy), and the attempt does not run (nor does
+ * it after a row wait that ran out, below: the session then holds the
+ * key, which kc_unsure in lock.c deals with). Each CTE reads the one
+ * before it, which orders the steps.
  *
  * A lock timeout that fires as the lock is granted leaves it granted
  * (PostgreSQL's LockErrorCleanup), and a session-level advisory lock
@@ -326,15 +328,20 @@ static const char QUEUE_LEAVE[] =
  * (No WAIT alone: every wait goes with its attempt.)
  *
  * Once the key came, and when the strategy asks (its flag: optimistic),
- * the name's row is locked as the grant will lock it (FOR NO KEY UPDATE,
- * under the session's lock_timeout again): a release gives the key up
- * inside its statement, before its commit, and the attempt behind this
- * one takes its snapshot when it starts. Without the wait for the
- * releaser's commit here, an attempt that started first saw the row still
- * held: an UPDATE (optimistic's CAS) skipped it, and the waiter handed the
- * key spent two more round trips (a read, a CAS) on a free name. insert's
- * upsert waits for that commit itself, and the lock costs it a WAL record
- * per hand-over. Params: key, µs, name, flag. */
+ * the name's row is locked as the grant will lock it (FOR NO KEY UPDATE):
+ * a release gives the key up inside its statement, before its commit, and
+ * the attempt behind this one takes its snapshot when it starts. Without
+ * the wait for the releaser's commit here, an attempt that started first
+ * saw the row still held: an UPDATE (optimistic's CAS) skipped it, and the
+ * waiter handed the key spent two more round trips (a read, a CAS) on a
+ * free name. That commit follows its statement at once; a row another
+ * transaction keeps locked is waited for as the attempt itself would
+ * (the session's lock_timeout, 1 s), and then the waiter goes on as after
+ * a key wait that ran out. (A 100 ms bound made such a waiter send this
+ * statement ten times a second, each an ERROR in the server's log.) A
+ * for_update row (a mismatch, which the attempt answers) is not waited
+ * for. insert's upsert waits for the commit itself, and the lock costs it
+ * a WAL record per hand-over. Params: key, µs, name, flag. */
 static const char WAKE_TAKE[] =
     "WITH o (v, u) AS MATERIALIZED (SELECT current_setting('lock_timeout'), "
     "pg_advisory_unlock_all()), "
@@ -343,7 +350,7 @@ static const char WAKE_TAKE[] =
     "k (l, v) AS MATERIALIZED (SELECT pg_advisory_lock(t.a, t.b), t.v FROM t), "
     "s (v) AS MATERIALIZED (SELECT set_config('lock_timeout', k.v, true) FROM k), "
     "r (n) AS MATERIALIZED (SELECT 1 FROM ${schema}.${table} AS l, s WHERE l.name = ? "
-    "AND ?::int4 = 1 FOR NO KEY UPDATE OF l) "
+    "AND ?::int4 = 1 AND l.strategy <> 'for_update' FOR NO KEY UPDATE OF l) "
     "SELECT 1, s.v FROM s, (SELECT count(*) FROM r) AS c";
 static const char WAKE_DROP[] = "SELECT pg_advisory_unlock_all()";
 
