@@ -311,11 +311,10 @@ static const char QUEUE_LEAVE[] =
  * in one pipeline, one implicit transaction): wait up to the given µs for
  * it — with a lock_timeout local to that transaction, put back to the one
  * found (the session's) once the key came, for the row (below) and the
- * attempt after it. A wait that
- * ran out fails with 55P03 (busy), and the attempt does not run (nor does
- * it after a row wait that ran out, below: the session then holds the
- * key, which kc_unsure in lock.c deals with). Each CTE reads the one
- * before it, which orders the steps.
+ * attempt after it. A wait that ran out fails with 55P03 (busy), and the
+ * attempt does not run (nor does it after a row wait that ran out, below:
+ * the session then holds the key, which kc_unsure in lock.c deals with).
+ * Each CTE reads the one before it, which orders the steps.
  *
  * A lock timeout that fires as the lock is granted leaves it granted
  * (PostgreSQL's LockErrorCleanup), and a session-level advisory lock

@@ -158,9 +158,11 @@ typedef enum dbl_sid {
   /* The wait for the wake key sent in one round trip ahead of an attempt
    * (dbl_sql_run_after): it must fail when the wait runs out (busy), so
    * that the attempt runs only with the key held, and leave the
-   * attempt's own settings as they were. Params: as WAIT. PostgreSQL; not
-   * MariaDB (GET_LOCK answers 0, and its driver sends statements one by
-   * one), whose waiters wait, then attempt. */
+   * attempt's own settings as they were. Params: as WAIT, then the name
+   * and whether to wait for the name's row once the key came (the
+   * strategy's key_sees_commit: a releaser gives the key up before its
+   * commit). PostgreSQL; not MariaDB (GET_LOCK answers 0, and its driver
+   * sends statements one by one), whose waiters wait, then attempt. */
   DBL_S_WAKE_TAKE,
   DBL_S_COUNT
 } dbl_sid;
