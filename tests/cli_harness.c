@@ -298,15 +298,10 @@ void cv_addl(cmdv *c, ...) {
   va_end(ap);
 }
 
-const char *tree(void) {
-  const char *t = getenv("DBLOCK_TEST_TREE");
-  return t && *t ? t : "build";
-}
-
 /* dblock --url URL --table cli_locks [--strategy S] */
 cmdv dblock_cmd(const char *url, const char *strategy) {
   cmdv c = {{NULL}, 0};
-  cv_add(&c, tfmt("%s/dblock", tree()));
+  cv_add(&c, tfmt("%s/dblock", tu_tree()));
   if (url) cv_addl(&c, "--url", url, NULL);
   cv_addl(&c, "--table", TABLE, NULL);
   if (strategy) cv_addl(&c, "--strategy", strategy, NULL);
@@ -315,14 +310,14 @@ cmdv dblock_cmd(const char *url, const char *strategy) {
 
 cmdv reaper_cmd(void) {
   cmdv c = {{NULL}, 0};
-  cv_add(&c, tfmt("%s/dblock-reaper", tree()));
+  cv_add(&c, tfmt("%s/dblock-reaper", tu_tree()));
   return c;
 }
 
 /* `dblock` on table t instead of the suite's. */
 cmdv table_cmd(const tu_backend *b, const char *t) {
   cmdv c = {{NULL}, 0};
-  cv_add(&c, tfmt("%s/dblock", tree()));
+  cv_add(&c, tfmt("%s/dblock", tu_tree()));
   cv_addl(&c, "--url", b->url, "--table", t, NULL);
   return c;
 }

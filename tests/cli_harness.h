@@ -84,8 +84,6 @@ typedef struct cmdv {
 void cv_add(cmdv *c, const char *s);
 /* Appends a NULL-terminated list of arguments. */
 void cv_addl(cmdv *c, ...);
-/* The tree the programs are taken from. */
-const char *tree(void);
 /* dblock --url URL --table cli_locks [--strategy S] */
 cmdv dblock_cmd(const char *url, const char *strategy);
 /* dblock --url URL --table T (a table other than the suite's) */

@@ -147,7 +147,7 @@ static void t_acquire_idiom(const char *be) {
   cv_addl(&c, "acquire", name, "--lease", "10s", NULL);
   held = run(&c, 15000);
   expect_code(&held, &c, 0);
-  cv_addl(&sh, "/bin/sh", "-ec", IDIOM, "sh", tfmt("%s/dblock", tree()), b->url, name, TABLE, NULL);
+  cv_addl(&sh, "/bin/sh", "-ec", IDIOM, "sh", tfmt("%s/dblock", tu_tree()), b->url, name, TABLE, NULL);
   r = run(&sh, 15000);
   {
     /* Busy with --json: one object on stdout, ok false, exit 3. */
@@ -177,7 +177,7 @@ static void t_acquire_idiom(const char *be) {
   }
   /* (tfmt's buffers rotate: build the command again.) */
   sh.n = 0;
-  cv_addl(&sh, "/bin/sh", "-ec", IDIOM, "sh", tfmt("%s/dblock", tree()), b->url, name, TABLE, NULL);
+  cv_addl(&sh, "/bin/sh", "-ec", IDIOM, "sh", tfmt("%s/dblock", tu_tree()), b->url, name, TABLE, NULL);
   r = run(&sh, 15000);
   if (r.code != 0 || !strstr(r.out, "ran with fence ") || strstr(r.out, "ran with fence \n"))
     fail_msg("[%s] the idiom on a free name: exit %d, stdout '%s', stderr '%s'", be, r.code, r.out, r.err);
@@ -449,8 +449,8 @@ static void t_min_hold(const char *be) {
     result rb;
     /* (B's run and the status after it must both fit in the hold: each
      * starts a program, which takes a while in the sanitizer trees) */
-    const char *min_hold = tu_slow_tree() ? "5s" : "2s";
     int64_t min_ms = tu_slow_tree() ? 5000 : 2000;
+    const char *min_hold = tfmt("%llds", (long long)(min_ms / 1000));
     cv_addl(&c, "--owner-host", "host-a", "run", name, "--wait", "0", "--min-hold", min_hold, "--",
             "sh", "-c", "touch \"$1\"; exit 7", "sh", ran, NULL);
     pa = start(&c);
@@ -766,7 +766,7 @@ static void usage_case(int with_url, const char *mention, ...) {
   cmdv c = {{NULL}, 0};
   va_list ap;
   const char *s;
-  cv_add(&c, tfmt("%s/dblock", tree()));
+  cv_add(&c, tfmt("%s/dblock", tu_tree()));
   if (with_url) cv_addl(&c, "--url", lite_url(), NULL);
   va_start(ap, mention);
   while ((s = va_arg(ap, const char *)) != NULL) cv_add(&c, s);
@@ -918,7 +918,7 @@ static void t_reaper_for_update_held(const char *be) {
   holder h;
   result r;
   long long n;
-  cv_add(&c, tfmt("%s/dblock", tree()));
+  cv_add(&c, tfmt("%s/dblock", tu_tree()));
   cv_addl(&c, "--url", b->url, "--table", table, "migrate", NULL);
   r = run(&c, 30000);
   expect_code(&r, &c, 0);
@@ -962,7 +962,7 @@ static void t_reaper_for_update_held(const char *be) {
              slurp(h.p.err_path));
   {
     cmdv t = {{NULL}, 0};
-    cv_add(&t, tfmt("%s/dblock", tree()));
+    cv_add(&t, tfmt("%s/dblock", tu_tree()));
     cv_addl(&t, "--url", b->url, "--table", table, "--strategy", "for_update", "run", name,
             "--wait", "0", "--", "true", NULL);
     r = run(&t, 15000);

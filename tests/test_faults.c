@@ -717,7 +717,7 @@ static void test_stalled_run(void **s) {
   snprintf(cmd, sizeof cmd,
            "exec %s/dblock --url '%s' --strategy %s --table %s run --lease 2s %s -- "
            "sh -c 'echo $$ > %s.tmp && mv %s.tmp %s && exec sleep 100' >/dev/null 2>&1",
-           getenv("DBLOCK_TEST_TREE") ? getenv("DBLOCK_TEST_TREE") : "build", url,
+           tu_tree(), url,
            dblock_strategy_name(cur.strategy), cur.table, name, pidfile, pidfile, pidfile);
   if ((child = fork()) == 0) {
     execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -1476,6 +1476,7 @@ static void test_insert_fence_race(void **s) {
   if (!pid) fail_msg("A's statement never waited");
   frozen = (pid_t)pid;
   assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  assert_true(tu_all_threads_stopped((int)pid)); /* (frozen before the test goes on) */
   assert_int_equal(d->rollback(x, &e), 0);
   d->close(x);
   lb = tu_acquire(b, name, 0, 0);
@@ -1542,6 +1543,7 @@ static void test_force_unlock_behind_waiter(void **s) {
   await_lock_waiters("WITH f AS MATERIALIZED (SELECT fence FROM%", 1);
   frozen = (pid_t)pid;
   assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  assert_true(tu_all_threads_stopped((int)pid)); /* (frozen before the test goes on) */
   assert_int_equal(pthread_create(&tf, NULL, force_main, &f), 0);
   await_lock_waiters("%SET state = 0, hold_count = 0%", 1);
   assert_int_equal(kill((pid_t)pid, SIGCONT), 0);
@@ -1641,6 +1643,7 @@ static void test_epoch_bump_race(void **s) {
   if (!(pid = newest_lock_waiter(bump_like))) fail_msg("Q's bump is not waiting");
   frozen = (pid_t)pid;
   assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  assert_true(tu_all_threads_stopped((int)pid)); /* (frozen before the test goes on) */
   assert_int_equal(d->script(x, "COMMIT", &e), 0);
   held_conn = NULL;
   d->close(x);
@@ -1656,6 +1659,7 @@ static void test_epoch_bump_race(void **s) {
   if (!(pid = newest_lock_waiter(take_like))) fail_msg("W is not waiting");
   frozen = (pid_t)pid;
   assert_int_equal(kill((pid_t)pid, SIGSTOP), 0);
+  assert_true(tu_all_threads_stopped((int)pid)); /* (frozen before the test goes on) */
   assert_int_equal(dblock_lock_release(lh), 0);
   if (dblock_lock_acquire(&lz, z, name, 2000, 0) != 0)
     fail_msg("Z did not take the name before the frozen W: %s", tu_errmsg(z));
@@ -1885,9 +1889,8 @@ int main(void) {
    * `make check` must stay under 30 minutes, and what they exercise under
    * the sanitizers — the loss deadline, a reconnect after the server ended
    * a session — the other tests here exercise too. */
-  const char *tree = getenv("DBLOCK_TEST_TREE");
   size_t nnet = sizeof network / sizeof network[0];
-  if (tree && strcmp(tree, "build") != 0) nnet -= SLOW_TAIL;
+  if (tu_slow_tree()) nnet -= SLOW_TAIL;
   const struct CMUnitTest embedded[] = {cmocka_unit_test_teardown(test_paused_holder, teardown),
                                         cmocka_unit_test_teardown(test_sqlite_clock_step, teardown)};
   /* PostgreSQL only: a backend can be frozen at the right moment there,

@@ -364,7 +364,7 @@ static void test_galera_doctor(void **st) {
                           DBLOCK_SEV_UNSAFE, "cannot work on Galera"));
   /* The command: JSON, and exit status 5 for the unsafe strategy. */
   snprintf(cmd, sizeof cmd, "%s/dblock --url '%s' --table topo_gm --strategy for_update doctor --json",
-           getenv("DBLOCK_TEST_TREE") ? getenv("DBLOCK_TEST_TREE") : "build", galera_url(1));
+           tu_tree(), galera_url(1));
   if (!(p = popen(cmd, "r"))) fail_msg("popen failed");
   len = fread(out, 1, sizeof out - 1, p);
   out[len] = 0;

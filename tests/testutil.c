@@ -154,9 +154,7 @@ void tu_sql(const char *url, const char *sql, int64_t *count) {
   d->close(c);
 }
 
-/* 1 once every thread of pid is stopped (state T, or t under a tracer),
- * within 2 s; 0 if not (or pid is gone). */
-static int all_threads_stopped(int pid) {
+int tu_all_threads_stopped(int pid) {
   char path[64];
   for (int i = 0; i < 400; i++) {
     DIR *dir;
@@ -194,7 +192,7 @@ void tu_stop_between_writes(int pid, const char *url) {
   if (strncmp(url, "sqlite", 6) == 0 && !(x = tu_conn(url, &d))) why = "no connection to the file";
   for (int i = 0; !why; i++) {
     memset(&e, 0, sizeof e);
-    if (kill(pid, SIGSTOP) != 0 || !all_threads_stopped(pid)) why = "it did not stop";
+    if (kill(pid, SIGSTOP) != 0 || !tu_all_threads_stopped(pid)) why = "it did not stop";
     else if (!x || d->script(x, "PRAGMA busy_timeout = 0; BEGIN IMMEDIATE; ROLLBACK", &e) == 0)
       break;
     else if (i == TRIES - 1) why = "the database stayed write-locked at every stop";
@@ -246,10 +244,12 @@ void tu_on_lost(const char *name, int64_t fence, int reason, void *arg) {
   atomic_fetch_add(&tu_lost_calls, 1);
 }
 
-int tu_slow_tree(void) {
+const char *tu_tree(void) {
   const char *t = getenv("DBLOCK_TEST_TREE");
-  return t && strcmp(t, "build") != 0;
+  return t && *t ? t : "build";
 }
+
+int tu_slow_tree(void) { return strcmp(tu_tree(), "build") != 0; }
 
 int tu_await_lost_calls(int want, int64_t ms) {
   int64_t end = tu_now_ms() + ms;
@@ -306,7 +306,6 @@ static void holder_failed(int pid, const char *what) {
 
 int tu_spawn_holder(const char *url, const dblock_options *o, const char *name, int64_t wait_ms,
                     int *out) {
-  const char *tree = getenv("DBLOCK_TEST_TREE");
   char prog[256], lease[24], wait[24], fair[8], backoff[24], line[32];
   int fds[2];
   pid_t pid;
@@ -314,7 +313,7 @@ int tu_spawn_holder(const char *url, const dblock_options *o, const char *name, 
     fail_msg("tu_spawn_holder: lockhelper takes one backoff (min = max)");
   if (g_nholders == (int)(sizeof g_holders / sizeof g_holders[0]))
     fail_msg("tu_spawn_holder: too many holders in one test process");
-  snprintf(prog, sizeof prog, "%s/lockhelper", tree && *tree ? tree : "build");
+  snprintf(prog, sizeof prog, "%s/lockhelper", tu_tree());
   snprintf(lease, sizeof lease, "%lld", (long long)o->lease_ms);
   snprintf(wait, sizeof wait, "%lld", (long long)wait_ms);
   snprintf(fair, sizeof fair, "%d", o->fair ? 1 : 0);

@@ -100,8 +100,13 @@ void tu_on_lost(const char *name, int64_t fence, int reason, void *arg);
  * says lost (dblock_lock_is_lost) before its callback has run (a worker
  * runs it soon after): a test that saw the flag waits for the call. */
 int tu_await_lost_calls(int want, int64_t ms);
-/* 1 in the sanitizer trees (DBLOCK_TEST_TREE other than "build"), where
- * every step takes several times longer: for limits on elapsed time. */
+/* 1 once every thread of pid is stopped (state T, or t under a tracer),
+ * within 2 s; 0 if not (or pid is gone). A SIGSTOP is not yet a stop. */
+int tu_all_threads_stopped(int pid);
+/* The build tree under test: $DBLOCK_TEST_TREE, default "build". */
+const char *tu_tree(void);
+/* 1 in the sanitizer trees (a tree other than "build"), where every step
+ * takes several times longer: for limits on elapsed time. */
 int tu_slow_tree(void);
 
 /* Starts a lock holder in a process of its own: tests/lockhelper from
