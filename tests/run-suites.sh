@@ -30,7 +30,15 @@ report() { # label seconds file...
   echo "-- $label: $p passed, $f failed ($secs s)"
   if [ "$f" -ne 0 ]; then
     failed_names="$failed_names $label"
-    for o in "$@"; do grep -v '^\[ RUN      \]\|^\[       OK \]' "$o" | tail -n 60; done
+    for o in "$@"; do
+      grep -v '^\[ RUN      \]\|^\[       OK \]' "$o" | tail -n 60
+      # (a leak report's head names the leaked roots: the tail above only
+      # shows its last stacks)
+      if grep -q 'ERROR: LeakSanitizer' "$o"; then
+        echo "-- the head of its leak report:"
+        sed -n '/ERROR: LeakSanitizer/,$p' "$o" | head -n 80
+      fi
+    done
   fi
 }
 

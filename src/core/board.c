@@ -12,10 +12,16 @@
  * to sleep, so the name goes round its waiters in arrival order.
  *
  * No barging: a release that woke somebody notes when, and the name's
- * hash; for HOLD_MS after that, a fresh blocking acquire of that name does
- * not try first but queues behind the sleepers (so a holder that releases
- * and asks again at once goes last). Bounded in time, so a woken waiter
- * that died before trying delays fresh acquirers that long at most.
+ * hash; for HOLD_MS after that, a blocking acquire of that name that no
+ * release woke does not try but queues behind the sleepers (so a holder
+ * that releases and asks again at once goes last). Bounded in time, so a
+ * woken waiter that died before trying delays the others that long at
+ * most. The woken waiter, once granted, marks the record taken (its time,
+ * negated): the others then stay behind it for up to a poll window of
+ * their own — until its release wakes the next sleeper, or until they
+ * would have polled anyway — rather than trying as the 100 ms run out,
+ * which could fall just as its release freed the name, ahead of the
+ * sleeper that release woke.
  *
  * Everything here only decides who tries when: exclusion and fences stay
  * with the row, and whatever the file holds (another process may write it)
@@ -51,7 +57,8 @@
 
 typedef struct board_hand {
   _Atomic int64_t at_ms;  /* CLOCK_MONOTONIC ms of the last release of a name
-                             of the record that woke a sleeper (0: none) */
+                             of the record that woke a sleeper (0: none), or
+                             negated: of that sleeper's grant (taken) */
   _Atomic uint64_t hash;  /* that name's hash: other names are not held back */
 } board_hand;
 
@@ -152,22 +159,32 @@ uint64_t dbl_board_hash(const dblock_client *cl, const char *name) {
 
 uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h) { return atomic_load(word_of(cl, h)); }
 
-int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h) {
+int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t window_ms) {
   board_hand *r = hand_of(cl, h);
   int64_t at = atomic_load(&r->at_ms), now = dbl_mono_ms();
+  int64_t lim = at < 0 ? window_ms : HOLD_MS;
+  if (at < 0) at = -at;
   /* Believed only if it is recent by this host's clock: a record left from
    * before a reboot, or written by anyone else, holds nobody back for
    * longer. (Two stores, read without a lock: a torn pair only misjudges
-   * one acquire's first try, never a lock.) */
-  if (at <= 0 || at > now || now - at >= HOLD_MS || atomic_load(&r->hash) != h) return 0;
-  return at + HOLD_MS;
+   * one attempt, never a lock.) */
+  if (at == 0 || at > now || now - at >= lim || atomic_load(&r->hash) != h) return 0;
+  return at + lim;
+}
+
+void dbl_board_taken(dblock_client *cl, uint64_t h) {
+  board_hand *r = hand_of(cl, h);
+  /* (only over the record of the release that woke it: a record another
+   * name's release wrote since into the same slot is left alone) */
+  if (atomic_load(&r->hash) == h && atomic_load(&r->at_ms) > 0)
+    atomic_store(&r->at_ms, -dbl_mono_ms());
 }
 
 int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms) {
 #ifdef __linux__
   _Atomic uint32_t *w = word_of(cl, h);
   int64_t end = dbl_mono_ms() + ms;
-  int reg = -1, rc = 0;
+  int reg = -1, rc = 0, woken = 0;
   /* Registered, so that dblock_client_cancel can wake this sleep (a cancel
    * may come from a signal handler: it can only make a system call). */
   for (int i = 0; i < DBL_CANCEL_SLOTS && reg < 0; i++) {
@@ -179,7 +196,7 @@ int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms) {
     struct timespec at;
     if (atomic_load(w) != seen) {
       DBL_COUNT(cl, wakeups);
-      rc = 1;
+      rc = woken ? 1 : 2;
       break;
     }
     if (now >= end || dbl_cancelled(cl)) break;
@@ -187,8 +204,8 @@ int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms) {
     at.tv_sec = until / 1000;
     at.tv_nsec = (until % 1000) * 1000000;
     /* (the absolute time is CLOCK_MONOTONIC: FUTEX_WAIT_BITSET's default) */
-    if (futex(w, FUTEX_WAIT_BITSET, seen, &at) != 0 && errno != EAGAIN && errno != EINTR &&
-        errno != ETIMEDOUT) {
+    woken = futex(w, FUTEX_WAIT_BITSET, seen, &at) == 0;
+    if (!woken && errno != EAGAIN && errno != EINTR && errno != ETIMEDOUT) {
       rc = -1; /* (no futexes here: seccomp, an emulator) */
       break;
     }

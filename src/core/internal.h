@@ -386,11 +386,17 @@ int dbl_board_possible(dblock_client *cl);
 uint64_t dbl_board_hash(const dblock_client *cl, const char *name);
 /* The name's counter: read before an attempt, waited on after. */
 uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h);
-/* Until when (monotonic ms) a release of the name just woke a sleeper, so
- * that a fresh acquire queues instead of trying; 0: not lately. */
-int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h);
-/* Sleeps until the counter moves from seen (1, counted as a wake-up),
- * ms pass, or the client is cancelled (0); -1: no futexes here (poll). */
+/* Until when (monotonic ms) an acquire that no release woke sleeps
+ * instead of trying: 100 ms after a release of the name woke a sleeper, or
+ * window_ms after that sleeper was granted; 0: not lately. */
+int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t window_ms);
+/* A sleeper woken by a release of the name was granted it (board.c). */
+void dbl_board_taken(dblock_client *cl, uint64_t h);
+/* Sleeps until the counter moves from seen (counted as a wake-up: 1 if a
+ * release or a cancel woke this sleeper, 2 if it moved while this one was
+ * not woken — not asleep yet, or its time ran out: another sleeper may
+ * have been woken instead), ms pass, or the client is cancelled (0); -1:
+ * no futexes here (poll). */
 int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms);
 /* A release freed the name: moves the counter and wakes its oldest sleeper. */
 void dbl_board_post(dblock_client *cl, uint64_t h);

@@ -412,8 +412,9 @@ typedef struct acq {
   int64_t tried_ms;      /* when the last attempt ran (monotonic ms) */
   char key[DBL_WAKE_KEY_MAX];
   int board;             /* waiters sleep on the wake board (board.c) */
-  int board_looked;      /* a fresh acquire looked whether to queue first */
-  int board_woken;       /* the last board sleep ended by a wake-up */
+  int board_woken;       /* the last board sleep ended by a release waking it */
+  int board_moved;       /* the counter moved during it (woken or not) */
+  int board_handed;      /* an attempt followed a release waking this one */
   int board_misses;      /* wake-ups in a row whose attempt found it busy */
   uint64_t bhash;        /* the name's board hash */
   uint32_t bseq;         /* its counter on the board, read before each attempt */
@@ -612,7 +613,8 @@ static void board_sleep(acq *a, int64_t until, int64_t deadline) {
   if (a->wait_ms > 0 && until > deadline) until = deadline;
   if (until > now && (rc = dbl_board_wait(a->cl, a->bhash, a->bseq, until - now)) < 0)
     a->board = 0;
-  a->board_woken = rc > 0;
+  a->board_woken = rc == 1;
+  a->board_moved = rc > 0;
   if (rc <= 0) a->board_misses = 0;
 }
 
@@ -663,17 +665,22 @@ static int acquire_wait(acq *a) {
     if (a->board && !a->reentrant) {
       int64_t until;
       a->bseq = dbl_board_seq(cl, a->bhash);
-      /* No barging: a fresh blocking acquire that comes just after a
-       * release woke a sleeper queues behind the sleepers, untried. */
-      if (!a->board_looked && a->wait_ms != 0) {
-        a->board_looked = 1;
-        if ((until = dbl_board_handed_until(cl, a->bhash)) != 0) {
-          board_sleep(a, until, deadline);
-          a->q.woken = 1;
-          continue;
-        }
+      /* No barging: a blocking attempt that no release woke — a fresh
+       * acquire, a sleep that ran out, a counter that moved while another
+       * sleeper was woken — coming just after a release woke a sleeper,
+       * or while that sleeper holds the name, sleeps behind the sleepers
+       * untried (board.c says how long). (Only a fresh acquire used to
+       * look, and only at the release: a releaser held back whose 100 ms
+       * ran out just as the next holder released raced the sleeper that
+       * release woke, and now and then took the name ahead of it.) */
+      if (a->wait_ms != 0 && !a->board_woken && (a->wait_ms < 0 || dbl_mono_ms() < deadline) &&
+          (until = dbl_board_handed_until(cl, a->bhash, queue_alive_ms(cl, a->h) / 4)) != 0) {
+        board_sleep(a, until, deadline);
+        a->q.woken = 1;
+        continue;
       }
-      a->q.woken = a->q.woken || a->board_woken;
+      a->q.woken = a->q.woken || a->board_moved;
+      a->board_handed = a->board_woken;
     }
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->q.fuse_ms = 0;
@@ -698,7 +705,9 @@ static int acquire_wait(acq *a) {
     a->q.key_fresh = 0;
     if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;
     a->head_busy = rc == DBLOCK_EBUSY && a->q.has_key;
-    a->q.woken = a->board_woken = 0;
+    a->q.woken = a->board_woken = a->board_moved = 0;
+    /* (a sleeper a release woke, granted: the others stay behind it) */
+    if (rc == 0 && a->board_handed) dbl_board_taken(cl, a->bhash);
     if (rc != DBLOCK_EBUSY) return rc;
     if (dbl_queue_possible(cl) || a->wake) busy_seen(cl, a->hash);
     /* (a lock wait or a deadlock is no "another owner" answer: taken 0) */
@@ -1008,9 +1017,11 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
       if (rc == 0) dbl_pool_put(cl, pc);
       else dbl_pool_discard(cl, pc); /* transaction state unknown */
     }
-  } else if (kc && !asked) {
+  } else if (kc && !asked && pc) {
     /* Released: the statement gave the key up. Otherwise it may still be
-     * held: given up now, or closed with the connection. */
+     * held: given up now, or closed with the connection. (No pc: its
+     * reply was lost, the key's connection was closed, and no fresh one
+     * could be had to ask again.) */
     if (rc == DBLOCK_ECONN || cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
     else dbl_wake_drop(cl, pc, key, rc != 0);
   } else if (pc) {
