@@ -11,7 +11,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/futex.h>
 #include <unistd.h>
 
 const tu_backend *tu_backends(int *count) {
@@ -180,6 +182,25 @@ int tu_all_threads_stopped(int pid) {
     tu_sleep_ms(5);
   }
   return 0;
+}
+
+int tu_thread_in_board_sleep(int tid) {
+  char path[64], buf[256];
+  int in_a_row = 0;
+  snprintf(path, sizeof path, "/proc/self/task/%d/syscall", tid);
+  for (int i = 0; i < 1000 && in_a_row < 3; i++) {
+    FILE *f = fopen(path, "r");
+    char *p = f ? fgets(buf, sizeof buf, f) : NULL;
+    long nr = -1;
+    unsigned long addr = 0, op = 0;
+    if (f) fclose(f);
+    if (!p) return -1; /* (hidden, or no such thread) */
+    /* "nr arg1 arg2 ...", or "running", or "-1 sp pc" outside a call */
+    int n = sscanf(buf, "%ld %lx %lx", &nr, &addr, &op);
+    in_a_row = n == 3 && nr == SYS_futex && op == FUTEX_WAIT_BITSET ? in_a_row + 1 : 0;
+    if (in_a_row < 3) tu_sleep_ms(5);
+  }
+  return in_a_row >= 3;
 }
 
 void tu_stop_between_writes(int pid, const char *url) {

@@ -103,6 +103,12 @@ int tu_await_lost_calls(int want, int64_t ms);
 /* 1 once every thread of pid is stopped (state T, or t under a tracer),
  * within 2 s; 0 if not (or pid is gone). A SIGSTOP is not yet a stop. */
 int tu_all_threads_stopped(int pid);
+/* 1 once thread tid of this process sleeps as the wake board's waiters
+ * do — in a FUTEX_WAIT_BITSET on a shared (not process-private) word, as
+ * /proc shows its system call — at three looks 5 ms apart, within 5 s; 0
+ * if not; -1 if /proc cannot tell here. (A sanitizer's own locks and the
+ * pthread ones wait on private futexes.) */
+int tu_thread_in_board_sleep(int tid);
 /* The build tree under test: $DBLOCK_TEST_TREE, default "build". */
 const char *tu_tree(void);
 /* 1 in the sanitizer trees (a tree other than "build"), where every step

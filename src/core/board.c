@@ -163,6 +163,7 @@ int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t wind
   board_hand *r = hand_of(cl, h);
   int64_t at = atomic_load(&r->at_ms), now = dbl_mono_ms();
   int64_t lim = at < 0 ? window_ms : HOLD_MS;
+  if (at == INT64_MIN) return 0; /* (no time: its negation overflows) */
   if (at < 0) at = -at;
   /* Believed only if it is recent by this host's clock: a record left from
    * before a reboot, or written by anyone else, holds nobody back for
@@ -174,10 +175,13 @@ int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t wind
 
 void dbl_board_taken(dblock_client *cl, uint64_t h) {
   board_hand *r = hand_of(cl, h);
+  int64_t at = atomic_load(&r->at_ms);
   /* (only over the record of the release that woke it: a record another
-   * name's release wrote since into the same slot is left alone) */
-  if (atomic_load(&r->hash) == h && atomic_load(&r->at_ms) > 0)
-    atomic_store(&r->at_ms, -dbl_mono_ms());
+   * name's release wrote since into the same slot is left alone — unless
+   * it lands between the two loads, which only misjudges how long the
+   * other name's waiters stay behind, never a lock) */
+  if (at > 0 && atomic_load(&r->hash) == h)
+    atomic_compare_exchange_strong(&r->at_ms, &at, -dbl_mono_ms());
 }
 
 int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms) {

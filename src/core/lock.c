@@ -618,6 +618,31 @@ static void board_sleep(acq *a, int64_t until, int64_t deadline) {
   if (rc <= 0) a->board_misses = 0;
 }
 
+/* Until when (monotonic ms) this blocking attempt, which no release woke,
+ * stays behind the name's sleepers on the board instead of trying
+ * (board.c: a release just woke one, or the one it woke holds the name);
+ * 0: try now. Never past the deadline, nor, for a waiter that has tried,
+ * past a poll window from that try: a holder that died without a release
+ * is noticed a window after the last try, as without the board. */
+static int64_t board_hold_until(acq *a, int64_t deadline) {
+  int64_t win = queue_alive_ms(a->cl, a->h) / 4, now = dbl_mono_ms(), until;
+  if (a->wait_ms == 0 || a->board_woken) return 0;
+  until = dbl_board_handed_until(a->cl, a->bhash, win);
+  if (a->tries > 0 && until > a->tried_ms + win) until = a->tried_ms + win;
+  if (a->wait_ms > 0 && until > deadline) until = deadline;
+  return until > now ? until : 0;
+}
+
+/* An acquire that a release woke on the board and that leaves without
+ * trying (cancelled, out of time) passes the wake-up on to the next
+ * sleeper, as a release would: the name may be free, and that release's
+ * record keeps the others behind the one it woke. Returns rc. */
+static int board_leave(acq *a, int rc) {
+  if (a->board && a->board_woken) dbl_board_post(a->cl, a->bhash);
+  a->board_woken = 0;
+  return rc;
+}
+
 /* Acquire, phase 3: attempts until granted, refused or out of time.
  * Strategies that wait in the server are asked to, in pieces of at most
  * the call limit (waiting forever too), so each piece's call is bounded;
@@ -629,11 +654,12 @@ static int acquire_wait(acq *a) {
   int rc, taken = 0;
   for (;;) {
     int64_t server_wait = 0;
-    if (dbl_cancelled(cl)) return DBLOCK_ECANCELED;
+    if (dbl_cancelled(cl)) return board_leave(a, DBLOCK_ECANCELED);
     /* A timed wait makes no attempt past its deadline (its sleeps and its
      * waits for the key end there): each one would be time over what the
      * caller asked for. */
-    if (a->wait_ms > 0 && a->tries > 0 && dbl_mono_ms() >= deadline) return DBLOCK_ETIMEOUT;
+    if (a->wait_ms > 0 && a->tries > 0 && dbl_mono_ms() >= deadline)
+      return board_leave(a, DBLOCK_ETIMEOUT);
     if (cl->strat->pins_connection) {
       server_wait = a->wait_ms < 0 ? cl->opts.call_timeout_ms
                     : a->wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
@@ -669,12 +695,11 @@ static int acquire_wait(acq *a) {
        * acquire, a sleep that ran out, a counter that moved while another
        * sleeper was woken — coming just after a release woke a sleeper,
        * or while that sleeper holds the name, sleeps behind the sleepers
-       * untried (board.c says how long). (Only a fresh acquire used to
-       * look, and only at the release: a releaser held back whose 100 ms
-       * ran out just as the next holder released raced the sleeper that
+       * untried (board_hold_until). (Only a fresh acquire used to look,
+       * and only at the release: a releaser held back whose 100 ms ran
+       * out just as the next holder released raced the sleeper that
        * release woke, and now and then took the name ahead of it.) */
-      if (a->wait_ms != 0 && !a->board_woken && (a->wait_ms < 0 || dbl_mono_ms() < deadline) &&
-          (until = dbl_board_handed_until(cl, a->bhash, queue_alive_ms(cl, a->h) / 4)) != 0) {
+      if ((until = board_hold_until(a, deadline)) != 0) {
         board_sleep(a, until, deadline);
         a->q.woken = 1;
         continue;
@@ -706,8 +731,11 @@ static int acquire_wait(acq *a) {
     if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;
     a->head_busy = rc == DBLOCK_EBUSY && a->q.has_key;
     a->q.woken = a->board_woken = a->board_moved = 0;
-    /* (a sleeper a release woke, granted: the others stay behind it) */
-    if (rc == 0 && a->board_handed) dbl_board_taken(cl, a->bhash);
+    /* (a sleeper a release woke: granted, the others stay behind it;
+     * failed otherwise than busy, the wake-up goes on to the next one) */
+    if (a->board_handed && rc == 0) dbl_board_taken(cl, a->bhash);
+    else if (a->board_handed && rc != DBLOCK_EBUSY) dbl_board_post(cl, a->bhash);
+    a->board_handed = 0;
     if (rc != DBLOCK_EBUSY) return rc;
     if (dbl_queue_possible(cl) || a->wake) busy_seen(cl, a->hash);
     /* (a lock wait or a deadlock is no "another owner" answer: taken 0) */
