@@ -1475,9 +1475,14 @@ static void hand_off_round(const char *name, int64_t gap_ms, int64_t hold_ms, in
     w[i] = (waiter){.c = c[i], .name = name, .hold_ms = hold_ms, .rc = -99};
     assert_int_equal(pthread_create(&th[i], NULL, blocking_waiter, &w[i]), 0);
     if (wakes_by_board()) {
-      int tid;
+      int tid, asleep;
       while ((tid = atomic_load(&w[i].tid)) == 0) tu_sleep_ms(1);
-      if (tu_thread_in_board_sleep(tid) >= 0) continue; /* (asleep, or 5 s gone: the order says) */
+      if ((asleep = tu_thread_in_board_sleep(tid)) == 0)
+        fail_msg("waiter %d was not asleep on the wake board 5 s after it started", i);
+      if (asleep > 0) continue;
+      /* (/proc cannot tell here) */
+      tu_sleep_ms(gap_ms > 300 ? gap_ms : 300);
+      continue;
     }
     tu_sleep_ms(gap_ms);
   }

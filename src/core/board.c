@@ -159,10 +159,12 @@ uint64_t dbl_board_hash(const dblock_client *cl, const char *name) {
 
 uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h) { return atomic_load(word_of(cl, h)); }
 
-int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t window_ms) {
+int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t window_ms,
+                               int *taken) {
   board_hand *r = hand_of(cl, h);
   int64_t at = atomic_load(&r->at_ms), now = dbl_mono_ms();
   int64_t lim = at < 0 ? window_ms : HOLD_MS;
+  *taken = at < 0;
   if (at == INT64_MIN) return 0; /* (no time: its negation overflows) */
   if (at < 0) at = -at;
   /* Believed only if it is recent by this host's clock: a record left from
@@ -226,11 +228,15 @@ void dbl_board_post(dblock_client *cl, uint64_t h) {
 #ifdef __linux__
   _Atomic uint32_t *w = word_of(cl, h);
   board_hand *r = hand_of(cl, h);
-  long woke;
-  atomic_fetch_add(w, 1);
-  woke = futex(w, FUTEX_WAKE, 1, NULL);
+  int64_t now = dbl_mono_ms();
+  /* The record goes first: the sleeper woken may be granted (and mark it
+   * taken) before this thread runs again. Nobody woken: taken back, unless
+   * rewritten meanwhile. (An acquire that read it in between stays behind
+   * for nothing, 100 ms at most.) */
   atomic_store(&r->hash, h);
-  atomic_store(&r->at_ms, woke > 0 ? dbl_mono_ms() : 0);
+  atomic_store(&r->at_ms, now);
+  atomic_fetch_add(w, 1);
+  if (futex(w, FUTEX_WAKE, 1, NULL) <= 0) atomic_compare_exchange_strong(&r->at_ms, &now, 0);
 #else
   (void)cl, (void)h;
 #endif

@@ -388,8 +388,9 @@ uint64_t dbl_board_hash(const dblock_client *cl, const char *name);
 uint32_t dbl_board_seq(const dblock_client *cl, uint64_t h);
 /* Until when (monotonic ms) an acquire that no release woke sleeps
  * instead of trying: 100 ms after a release of the name woke a sleeper, or
- * window_ms after that sleeper was granted; 0: not lately. */
-int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t window_ms);
+ * window_ms after that sleeper was granted (*taken: 1); 0: not lately. */
+int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t window_ms,
+                               int *taken);
 /* A sleeper woken by a release of the name was granted it (board.c). */
 void dbl_board_taken(dblock_client *cl, uint64_t h);
 /* Sleeps until the counter moves from seen (counted as a wake-up: 1 if a

@@ -620,15 +620,19 @@ static void board_sleep(acq *a, int64_t until, int64_t deadline) {
 
 /* Until when (monotonic ms) this blocking attempt, which no release woke,
  * stays behind the name's sleepers on the board instead of trying
- * (board.c: a release just woke one, or the one it woke holds the name);
- * 0: try now. Never past the deadline, nor, for a waiter that has tried,
- * past a poll window from that try: a holder that died without a release
- * is noticed a window after the last try, as without the board. */
+ * (board.c: a release just woke one, for 100 ms, or the one it woke holds
+ * the name); 0: try now. Never past the deadline. Behind a holder, never
+ * past a poll window from this waiter's last try (or its start): one that
+ * died without a release is noticed then, as without the board. Behind a
+ * release (a sleeper whose window ran out meets one, too), never past two
+ * windows: records rewritten without end only delay. */
 static int64_t board_hold_until(acq *a, int64_t deadline) {
-  int64_t win = queue_alive_ms(a->cl, a->h) / 4, now = dbl_mono_ms(), until;
+  int64_t win = queue_alive_ms(a->cl, a->h) / 4, now = dbl_mono_ms(), until, cap;
+  int taken;
   if (a->wait_ms == 0 || a->board_woken) return 0;
-  until = dbl_board_handed_until(a->cl, a->bhash, win);
-  if (a->tries > 0 && until > a->tried_ms + win) until = a->tried_ms + win;
+  until = dbl_board_handed_until(a->cl, a->bhash, win, &taken);
+  cap = (a->tries > 0 ? a->tried_ms : a->started) + (taken ? win : 2 * win);
+  if (until > cap) until = cap;
   if (a->wait_ms > 0 && until > deadline) until = deadline;
   return until > now ? until : 0;
 }
