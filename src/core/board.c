@@ -11,8 +11,8 @@
  * kernel wakes a futex's sleepers of equal priority in the order they went
  * to sleep, so the name goes round its waiters in arrival order.
  *
- * No barging: a release that woke somebody notes when, and the name's
- * hash; for HOLD_MS after that, a blocking acquire of that name that no
+ * No barging: a release that woke somebody notes when (after the
+ * wake-up), and the name's hash; for HOLD_MS after that, a blocking acquire of that name that no
  * release woke does not try but queues behind the sleepers (so a holder
  * that releases and asks again at once goes last). Bounded in time, so a
  * woken waiter that died before trying delays the others that long at
@@ -170,20 +170,19 @@ int64_t dbl_board_handed_until(const dblock_client *cl, uint64_t h, int64_t wind
   /* Believed only if it is recent by this host's clock: a record left from
    * before a reboot, or written by anyone else, holds nobody back for
    * longer. (Two stores, read without a lock: a torn pair only misjudges
-   * one attempt, never a lock.) */
+   * how long an attempt waits — a hold at most — never a lock.) */
   if (at == 0 || at > now || now - at >= lim || atomic_load(&r->hash) != h) return 0;
   return at + lim;
 }
 
 void dbl_board_taken(dblock_client *cl, uint64_t h) {
   board_hand *r = hand_of(cl, h);
-  int64_t at = atomic_load(&r->at_ms);
-  /* (only over the record of the release that woke it: a record another
-   * name's release wrote since into the same slot is left alone — unless
-   * it lands between the two loads, which only misjudges how long the
-   * other name's waiters stay behind, never a lock) */
-  if (at > 0 && atomic_load(&r->hash) == h)
-    atomic_compare_exchange_strong(&r->at_ms, &at, -dbl_mono_ms());
+  /* (written whatever the record holds: the release that woke this
+   * waiter may not have written its own yet, dbl_board_post. A record of
+   * another name that shares the slot is overwritten, which only
+   * misjudges how long that name's waiters stay behind, never a lock.) */
+  atomic_store(&r->hash, h);
+  atomic_store(&r->at_ms, -dbl_mono_ms());
 }
 
 int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms) {
@@ -228,15 +227,18 @@ void dbl_board_post(dblock_client *cl, uint64_t h) {
 #ifdef __linux__
   _Atomic uint32_t *w = word_of(cl, h);
   board_hand *r = hand_of(cl, h);
-  int64_t now = dbl_mono_ms();
-  /* The record goes first: the sleeper woken may be granted (and mark it
-   * taken) before this thread runs again. Nobody woken: taken back, unless
-   * rewritten meanwhile. (An acquire that read it in between stays behind
-   * for nothing, 100 ms at most.) */
-  atomic_store(&r->hash, h);
-  atomic_store(&r->at_ms, now);
+  int64_t old = atomic_load(&r->at_ms);
   atomic_fetch_add(w, 1);
-  if (futex(w, FUTEX_WAKE, 1, NULL) <= 0) atomic_compare_exchange_strong(&r->at_ms, &now, 0);
+  if (futex(w, FUTEX_WAKE, 1, NULL) > 0) {
+    /* Written after the wake-up (a record of a release that woke nobody
+     * would hold a free name back), but only over the record as it was
+     * before it: the sleeper woken may have been granted meanwhile and
+     * marked it taken, which stands. */
+    atomic_store(&r->hash, h);
+    atomic_compare_exchange_strong(&r->at_ms, &old, dbl_mono_ms());
+  } else {
+    atomic_store(&r->at_ms, 0);
+  }
 #else
   (void)cl, (void)h;
 #endif

@@ -779,9 +779,13 @@ void dblock_client_free(dblock_client *cl) {
    * opened it: it once reported leaked connections at a test's exit,
    * unexplained. */
 #ifdef DBL_CHECK_LOCKS
-  if (cl->nall > 0)
+  if (cl->nall > 0) {
     fprintf(stderr, "dblock: internal error: %d connection(s) neither idle nor held at client free\n",
             cl->nall);
+#if defined(__SANITIZE_THREAD__)
+    abort(); /* (ThreadSanitizer has no leak report to leave it to) */
+#endif
+  }
 #else
   while (cl->nall > 0) pool_close_one(cl, cl->all[cl->nall - 1]);
 #endif
