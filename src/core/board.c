@@ -12,9 +12,10 @@
  * to sleep, so the name goes round its waiters in arrival order.
  *
  * No barging: a release that woke somebody notes when (after the
- * wake-up), and the name's hash; for HOLD_MS after that, a blocking acquire of that name that no
- * release woke does not try but queues behind the sleepers (so a holder
- * that releases and asks again at once goes last). Bounded in time, so a
+ * wake-up), and the name's hash; for HOLD_MS after that, a blocking
+ * acquire of that name that no release woke does not try but queues
+ * behind the sleepers (so a holder that releases and asks again at once
+ * goes last). Bounded in time, so a
  * woken waiter that died before trying delays the others that long at
  * most. The woken waiter, once granted, marks the record taken (its time,
  * negated): the others then stay behind it for up to a poll window of

@@ -775,9 +775,9 @@ void dblock_client_free(dblock_client *cl) {
    * above is empty: a connection still counted is an orphan (a path that
    * dropped it without closing it). It is closed all the same, so that
    * its session and socket end with the client. The sanitizer builds
-   * say so and leave it for LeakSanitizer to report with the stack that
-   * opened it: it once reported leaked connections at a test's exit,
-   * unexplained. */
+   * say so, and leave it for LeakSanitizer to report with the stack that
+   * opened it (it once reported leaked connections at a test's exit,
+   * unexplained); the TSan build, which has no leak report, aborts. */
 #ifdef DBL_CHECK_LOCKS
   if (cl->nall > 0) {
     fprintf(stderr, "dblock: internal error: %d connection(s) neither idle nor held at client free\n",
