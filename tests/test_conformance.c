@@ -1514,8 +1514,8 @@ static void hand_off_round(const char *name, int64_t gap_ms, int64_t hold_ms, in
  * is never refused — it once was: its own test of the key failed while
  * others waited for it, and w1 was granted first). After w0 the order is
  * the key's, which w1, w2 and the releaser ask for anew every poll window
- * (250 ms): with the first holder's hold (900 ms) it is by latest ask, not by arrival
- * (README), so it is printed, not checked — it came out w0=0 w1=3 w2=1
+ * (250 ms): with the first holder's hold (900 ms) it is by latest ask,
+ * not by arrival (README), so it is printed, not checked — it came out w0=0 w1=3 w2=1
  * releaser=2 in one fresh-clone run. The pairs without any of these
  * promise no order: there every one of them is granted in the end, and
  * fair mode is refused. */
@@ -1541,7 +1541,7 @@ static void test_release_hands_off_in_order(void **s) {
  * (board.c, "taken"), the releaser's attempt as the 100 ms ran out raced
  * the sleeper that release woke: with holds of 97-99 ms it took the name
  * ahead of w1 or w2 in 8 of 30 rounds on the dev machine (none at 100-102
- * ms); this test failed in 4 of 5 runs there. */
+ * ms); against the library of 6f9910f this test failed 3 of 3 runs there. */
 static void test_board_hand_off_outlasts_hold(void **s) {
   char name[128];
   int o[4], bad = 0;
