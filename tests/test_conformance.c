@@ -1480,9 +1480,7 @@ static void hand_off_round(const char *name, int64_t gap_ms, int64_t hold_ms, in
       if ((asleep = tu_thread_in_board_sleep(tid)) == 0)
         fail_msg("waiter %d was not asleep on the wake board 5 s after it started", i);
       if (asleep > 0) continue;
-      /* (/proc cannot tell here) */
-      tu_sleep_ms(gap_ms > 300 ? gap_ms : 300);
-      continue;
+      if (gap_ms < 300) gap_ms = 300; /* (/proc cannot tell here) */
     }
     tu_sleep_ms(gap_ms);
   }

@@ -414,7 +414,6 @@ typedef struct acq {
   int board;             /* waiters sleep on the wake board (board.c) */
   int board_woken;       /* the last board sleep ended by a release waking it */
   int board_moved;       /* the counter moved during it (woken or not) */
-  int board_handed;      /* an attempt followed a release waking this one */
   int board_misses;      /* wake-ups in a row whose attempt found it busy */
   uint64_t bhash;        /* the name's board hash */
   uint32_t bseq;         /* its counter on the board, read before each attempt */
@@ -709,7 +708,6 @@ static int acquire_wait(acq *a) {
         continue;
       }
       a->q.woken = a->q.woken || a->board_moved;
-      a->board_handed = a->board_woken;
     }
     rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
     a->q.fuse_ms = 0;
@@ -734,12 +732,11 @@ static int acquire_wait(acq *a) {
     a->q.key_fresh = 0;
     if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;
     a->head_busy = rc == DBLOCK_EBUSY && a->q.has_key;
-    a->q.woken = a->board_woken = a->board_moved = 0;
     /* (a sleeper a release woke: granted, the others stay behind it;
      * failed otherwise than busy, the wake-up goes on to the next one) */
-    if (a->board_handed && rc == 0) dbl_board_taken(cl, a->bhash);
-    else if (a->board_handed && rc != DBLOCK_EBUSY) dbl_board_post(cl, a->bhash);
-    a->board_handed = 0;
+    if (a->board_woken && rc == 0) dbl_board_taken(cl, a->bhash);
+    else if (a->board_woken && rc != DBLOCK_EBUSY) dbl_board_post(cl, a->bhash);
+    a->q.woken = a->board_woken = a->board_moved = 0;
     if (rc != DBLOCK_EBUSY) return rc;
     if (dbl_queue_possible(cl) || a->wake) busy_seen(cl, a->hash);
     /* (a lock wait or a deadlock is no "another owner" answer: taken 0) */
