@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "drivers/driver.h"
 #include "testutil.h"
 
 /* Plants `expired` rows whose lease ended an hour ago and `live` rows held
@@ -97,12 +98,53 @@ static void *ping(void *arg) {
   return NULL;
 }
 
+typedef struct watcher {
+  const char *url, *backend, *table;
+  int64_t expired;
+  atomic_int stop;
+  int64_t samples, partial, errors;
+} watcher;
+
+/* Counts the expired rows from its own connection until told to stop, and
+ * counts the samples that saw some but not all of them deleted. A pass run
+ * as one transaction could never show such a state to another connection:
+ * every snapshot sees all of its deletions or none. */
+static void *watch(void *arg) {
+  watcher *w = arg;
+  const dbl_driver *d;
+  dbl_conn *c = tu_conn(w->url, &d);
+  char sql[256];
+  snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s%s WHERE name LIKE 'exp-%%'",
+           strcmp(w->backend, "postgres") == 0 ? "public." : "", w->table);
+  if (!c) {
+    w->errors++;
+    return NULL;
+  }
+  while (!atomic_load(&w->stop)) {
+    dbl_res r;
+    dbl_err e;
+    memset(&e, 0, sizeof e);
+    if (d->query(c, sql, NULL, 0, &r, &e) != 0) {
+      w->errors++;
+      break;
+    }
+    int64_t n = dbl_res_i64(&r, 0, 0);
+    dbl_res_clear(&r);
+    w->samples++;
+    if (n > 0 && n < w->expired) w->partial++;
+    tu_sleep_ms(20);
+  }
+  d->close(c);
+  return NULL;
+}
+
 static void big_pass(const char *backend) {
   const char *url = tu_url(backend);
   char t[48];
   dblock_client *c, *other;
   pinger p;
-  pthread_t th;
+  watcher w;
+  pthread_t th, wth;
   int64_t deleted = 0, t0, el;
   int expired = getenv("DBLOCK_TEST_CYCLES") ? 50000 : 200000; /* lighter in sanitizer trees */
   snprintf(t, sizeof t, "reap_big_%d", (int)getpid());
@@ -112,34 +154,47 @@ static void big_pass(const char *backend) {
   other = tu_open(url, DBLOCK_STRATEGY_INSERT, t, 0);
   memset(&p, 0, sizeof p);
   p.c = other;
+  memset(&w, 0, sizeof w);
+  w.url = url;
+  w.backend = backend;
+  w.table = t;
+  w.expired = expired;
   assert_int_equal(pthread_create(&th, NULL, ping, &p), 0);
+  assert_int_equal(pthread_create(&wth, NULL, watch, &w), 0);
   tu_sleep_ms(200);
   t0 = tu_now_ms();
   assert_int_equal(dblock_reap(c, 0, 1000, &deleted), 0);
   el = tu_now_ms() - t0;
   atomic_store(&p.stop, 1);
+  atomic_store(&w.stop, 1);
   pthread_join(th, NULL);
+  pthread_join(wth, NULL);
   printf("# %s: reaped %lld rows in %lld ms (%.0f rows/s); concurrent client: %lld cycles, "
-         "worst call %lld ms\n",
+         "worst call %lld ms; watcher: %lld of %lld counts saw the pass part-done\n",
          backend, (long long)deleted, (long long)el, el ? deleted * 1000.0 / (double)el : 0.0,
-         (long long)p.ops, (long long)p.worst_ms);
+         (long long)p.ops, (long long)p.worst_ms, (long long)w.partial, (long long)w.samples);
   assert_int_equal(deleted, expired);
   assert_int_equal(count_like(backend, url, t, "exp"), 0);
   assert_int_equal(count_like(backend, url, t, "live"), 1000);
   assert_int_equal(p.errors, 0);
   assert_true(p.ops > 0);
+  /* The pass commits batch by batch: another connection saw it part-done. */
+  assert_int_equal(w.errors, 0);
+  assert_true(w.partial > 0);
   /* A concurrent call must never wait for the pass (200 batches of 1,000
-   * rows, 50 in the sanitizer trees), only for a batch in progress: the
-   * limit is a tenth of the pass (on a loaded machine a stall of the whole
-   * host adds to the batch), and at least 100 ms
-   * (SQLite, one writer for the whole file: 200; the sanitizer trees run
-   * everything several times slower). A fixed limit failed on a loaded
-   * run: the other backends' shards flush on the same two cores, and one
-   * fresh-clone run saw 240 and 241 ms on SQLite and MariaDB at once,
-   * 106 ms on SQLite in another, in passes of 6 to 8 s. */
+   * rows, 50 in the sanitizer trees), only for a batch in progress. A call
+   * that waited for the pass would wait for most of it, so the limit is a
+   * third of the pass, and at least 100 ms (SQLite, one writer for the
+   * whole file: 200; the sanitizer trees run everything several times
+   * slower). The batches themselves are shown above; this bound leaves room
+   * for stalls of the whole host, which add to a batch: the other backends'
+   * shards flush on the same two cores. Tighter limits failed on loaded
+   * runs: 240 and 241 ms on SQLite and MariaDB at once in passes of 6 to
+   * 8 s against a fixed limit, and 659 ms on PostgreSQL in a 3.5 s pass
+   * (CI, 864a4cb) against a tenth of the pass. */
   {
     int64_t limit = (strcmp(backend, "sqlite") == 0 ? 200 : 100) * (tu_slow_tree() ? 3 : 1);
-    if (limit < el / 10) limit = el / 10;
+    if (limit < el / 3) limit = el / 3;
     if (p.worst_ms > limit)
       fail_msg("a concurrent call waited %lld ms (limit %lld ms, the pass %lld ms)",
                (long long)p.worst_ms, (long long)limit, (long long)el);
