@@ -283,6 +283,8 @@ typedef struct dblock_stats {
                                 (PostgreSQL, MariaDB), woken by a release's
                                 notification (PostgreSQL), or woken on the
                                 wake board (SQLite); insert and optimistic */
+  uint64_t notified;         /* of those, notifications the client's
+                                listener received (PostgreSQL) */
 } dblock_stats;
 
 /* Copies the client's counters into *out; size is sizeof(dblock_stats) as

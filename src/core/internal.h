@@ -142,7 +142,7 @@ struct dblock_client {
    * the next one opened is a reconnect worth logging. */
   struct {
     atomic_ullong grants, busy, timeouts, cancelled, failures, waited, renewals,
-        renewal_failures, losses, connects, disconnects, wait_ms_sum, wakeups;
+        renewal_failures, losses, connects, disconnects, wait_ms_sum, wakeups, notified;
     atomic_ullong wait_ms[DBLOCK_STATS_WAIT_BUCKETS];
   } stats;
   atomic_int reconnect_note;

@@ -65,6 +65,7 @@ static void got(const char *payload, void *arg) {
   dbl_signal(&cl->lsn->woke, 1);
   dbl_unlock(cl);
   DBL_COUNT(cl, wakeups);
+  DBL_COUNT(cl, notified);
 }
 
 static void cut(void *arg) {

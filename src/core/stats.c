@@ -36,6 +36,7 @@ int dblock_client_stats(const dblock_client *cl, dblock_stats *out, size_t size)
   GET(disconnects);
   GET(wait_ms_sum);
   GET(wakeups);
+  GET(notified);
 #undef GET
   for (int i = 0; i < DBLOCK_STATS_WAIT_BUCKETS; i++)
     s.wait_ms[i] = atomic_load_explicit(&c->stats.wait_ms[i], memory_order_relaxed);
@@ -74,6 +75,8 @@ int dblock_stats_openmetrics(char *buf, size_t size, const dblock_stats *s) {
       {"disconnects", "Database connections lost or cut.", offsetof(dblock_stats, disconnects)},
       {"wakeups", "Waiters woken by a release's notification or given a name's wake key.",
        offsetof(dblock_stats, wakeups)},
+      {"notified", "Wake-ups that were notifications received by the client's listener.",
+       offsetof(dblock_stats, notified)},
   };
   size_t len = 0;
   uint64_t cum = 0;
