@@ -2,7 +2,9 @@
 # Runs every test binary of every built tree (called by run-all.sh inside
 # with-servers.sh, which exports the server URLs) and prints the summary.
 # A suite that crashes or whose output has no cmocka tally counts as one
-# failed test. Set DBLOCK_TEST_ONLY=name to run one suite.
+# failed test. Set DBLOCK_TEST_ONLY=name to run one suite, and
+# DBLOCK_TEST_LOGS=dir to keep every suite's whole output there (the tests
+# print the timings they check: a run's margins can be read off them).
 set -u
 passed=0
 failed=0
@@ -28,6 +30,11 @@ report() { # label seconds file...
   passed=$((passed + p))
   failed=$((failed + f))
   echo "-- $label: $p passed, $f failed ($secs s)"
+  if [ -n "${DBLOCK_TEST_LOGS:-}" ] && mkdir -p "$DBLOCK_TEST_LOGS"; then
+    for o in "$@"; do
+      cat "$o" >>"$DBLOCK_TEST_LOGS/$(echo "$label" | tr '/ ' '__').log"
+    done
+  fi
   if [ "$f" -ne 0 ]; then
     failed_names="$failed_names $label"
     for o in "$@"; do
