@@ -63,18 +63,33 @@ static void test_exclusion(void **s) {
 
 /* Clause 2: a lease expires by the server clock: not before, and then the
  * name can be taken over. for_update has no lease: it is held until
- * released, however long. */
+ * released, however long. (A try meant for 600 ms into the lease that a
+ * loaded host delays past its end may take the name: it fails only if
+ * its grant, by the server clock, came before the lease's end.) */
 static void test_expiry_by_server_time(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("expiry");
-  dblock_lock *l = tu_acquire(a, name, 0, 1000), *lb;
+  dblock_lock *l = tu_acquire(a, name, 0, 1000), *lb = NULL;
   int64_t t0 = tu_now_ms();
+  dblock_lock_info ia, ib;
+  int rc;
   (void)s;
+  assert_int_equal(dblock_lock_inspect(&ia, b, name), 0);
   tu_sleep_ms(600);
-  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
-  tu_sleep_ms(1300 - (tu_now_ms() - t0));
+  rc = dblock_lock_acquire(&lb, b, name, 0, 0);
+  if (rc == 0) {
+    assert_int_equal(dblock_lock_inspect(&ib, b, name), 0);
+    if (!leased() || ib.acquired_at_us < ia.expires_at_us)
+      fail_msg("taken at %lld us, while the lease ran to %lld us", (long long)ib.acquired_at_us,
+               (long long)ia.expires_at_us);
+    print_message("the try meant for 600 ms came after the lease's end (%lld ms late)\n",
+                  (long long)((ib.acquired_at_us - ia.expires_at_us) / 1000));
+  } else {
+    assert_int_equal(rc, DBLOCK_EBUSY);
+    tu_sleep_ms(1300 - (tu_now_ms() - t0));
+  }
   if (leased()) {
-    lb = tu_acquire(b, name, 0, 0);
+    if (!lb) lb = tu_acquire(b, name, 0, 0);
     assert_true(dblock_lock_fence(lb) > dblock_lock_fence(l));
     must_release(lb);
     assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
@@ -333,22 +348,34 @@ static void test_holder_killed(void **s) {
   dblock_options o = cur_opts();
   int fd, pid;
   int64_t child_fence, t_kill, t_free;
-  dblock_client *b;
+  dblock_client *b = cli(0);
   dblock_lock *l;
+  dblock_lock_info dead, mine;
   (void)s;
   o.lease_ms = 1500;
   pid = tu_spawn_holder(cur.url, &o, name, 0, &fd);
   child_fence = tu_holder_fence(fd, pid);
   close(fd);
+  /* (where the dead holder's lease ends, by the server clock, at least:
+   * compared with b's grant below, not with a sleep a loaded host can
+   * stretch) */
+  if (leased()) {
+    assert_int_equal(dblock_lock_inspect(&dead, b, name), 0);
+    assert_true(dead.held && dead.expires_at_us > 0);
+  }
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   t_kill = tu_now_ms();
-  b = cli(0);
-  if (leased()) assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
   l = tu_acquire(b, name, 5000, 0);
   t_free = tu_now_ms() - t_kill;
-  if (leased()) assert_true(t_free >= 900); /* the lease had ~1.5 s left */
-  else if (t_free > 2000) fail_msg("for_update freed only after %lld ms", (long long)t_free);
+  if (leased()) {
+    assert_int_equal(dblock_lock_inspect(&mine, b, name), 0);
+    if (mine.acquired_at_us < dead.expires_at_us)
+      fail_msg("granted at %lld us, before the dead holder's lease ended at %lld us",
+               (long long)mine.acquired_at_us, (long long)dead.expires_at_us);
+  } else if (t_free > 2000) {
+    fail_msg("for_update freed only after %lld ms", (long long)t_free);
+  }
   assert_true(dblock_lock_fence(l) > child_fence);
   must_release(l);
   dblock_client_free(b);
@@ -437,14 +464,21 @@ static void test_try_timed_blocking(void **s) {
   t0 = tu_now_ms();
   assert_int_equal(dblock_lock_acquire(&lb, b, name, 0, 0), DBLOCK_EBUSY);
   assert_true(tu_now_ms() - t0 < 500);
-  t0 = tu_now_ms();
-  assert_int_equal(dblock_lock_acquire(&lb, b, name, 300, 0), DBLOCK_ETIMEOUT);
-  el = tu_now_ms() - t0;
   /* (the last attempt may start just before the deadline: one statement's
    * round trip and a wake-up over it, several times longer in the
-   * sanitizer trees) */
-  if (el < 300 || el > (tu_slow_tree() ? 450 : 400))
-    fail_msg("timed wait of 300 ms took %lld ms", (long long)el);
+   * sanitizer trees. An overshoot by a poll window or a key wait would
+   * come back every time; a stall of a loaded host does not, so the wait
+   * is tried up to three times, and one within the limit passes. Returning
+   * early fails at once.) */
+  for (int k = 0; k < 3; k++) {
+    t0 = tu_now_ms();
+    assert_int_equal(dblock_lock_acquire(&lb, b, name, 300, 0), DBLOCK_ETIMEOUT);
+    el = tu_now_ms() - t0;
+    if (el < 300) fail_msg("timed wait of 300 ms returned after %lld ms", (long long)el);
+    if (el <= (tu_slow_tree() ? 450 : 400)) break;
+    print_message("timed wait of 300 ms took %lld ms (try %d of 3)\n", (long long)el, k + 1);
+    if (k == 2) fail_msg("timed wait of 300 ms took %lld ms, three times", (long long)el);
+  }
   w = (waiter){.c = c, .name = name, .rc = -99};
   assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
   tu_sleep_ms(200);
@@ -486,27 +520,34 @@ static void *cancel_waiter(void *arg) {
  * by another thread, or by a SIGINT handler running on the waiting thread
  * itself: it returns DBLOCK_ECANCELED within 100 ms; the cancel stays
  * until cleared (a new acquire returns at once), and after the clear b
- * waits again as before (busy). */
+ * waits again as before (busy). A cancel honoured only at the next poll
+ * or key window (250 ms) would be late every time, a stall of a loaded
+ * host only now and then: up to three tries, one within 100 ms passes. */
 static void cancel_one(dblock_client *b, const char *name, int by_signal) {
-  cwaiter w = {b, name, -99, 0};
-  pthread_t th;
-  int64_t t0, el;
+  int64_t t0, el = 0;
   dblock_lock *l = NULL;
-  assert_int_equal(pthread_create(&th, NULL, cancel_waiter, &w), 0);
-  tu_sleep_ms(300); /* connected and waiting (polling, or in the server) */
-  assert_int_equal(atomic_load(&w.ret_at), 0);
-  t0 = tu_now_ms();
-  if (by_signal) assert_int_equal(pthread_kill(th, SIGINT), 0);
-  else assert_int_equal(dblock_client_cancel(b), 0);
-  pthread_join(th, NULL);
-  el = atomic_load(&w.ret_at) - t0;
-  if (w.rc != DBLOCK_ECANCELED)
-    fail_msg("cancelled acquire (%s) returned %d: %s", by_signal ? "signal" : "thread", w.rc,
-             tu_errmsg(b));
-  print_message("cancel %s/%s by %s: returned after %lld ms\n", cur.backend,
-                dblock_strategy_name(cur.strategy), by_signal ? "SIGINT handler" : "thread",
-                (long long)el);
-  if (el > 100) fail_msg("cancelled acquire returned %lld ms after the cancel", (long long)el);
+  for (int k = 0; k < 3; k++) {
+    cwaiter w = {b, name, -99, 0};
+    pthread_t th;
+    if (k) assert_int_equal(dblock_client_cancel_clear(b), 0);
+    assert_int_equal(pthread_create(&th, NULL, cancel_waiter, &w), 0);
+    tu_sleep_ms(300); /* connected and waiting (polling, or in the server) */
+    assert_int_equal(atomic_load(&w.ret_at), 0);
+    t0 = tu_now_ms();
+    if (by_signal) assert_int_equal(pthread_kill(th, SIGINT), 0);
+    else assert_int_equal(dblock_client_cancel(b), 0);
+    pthread_join(th, NULL);
+    el = atomic_load(&w.ret_at) - t0;
+    if (w.rc != DBLOCK_ECANCELED)
+      fail_msg("cancelled acquire (%s) returned %d: %s", by_signal ? "signal" : "thread", w.rc,
+               tu_errmsg(b));
+    print_message("cancel %s/%s by %s: returned after %lld ms\n", cur.backend,
+                  dblock_strategy_name(cur.strategy), by_signal ? "SIGINT handler" : "thread",
+                  (long long)el);
+    if (el <= 100) break;
+  }
+  if (el > 100)
+    fail_msg("cancelled acquire returned %lld ms after the cancel, three times", (long long)el);
   t0 = tu_now_ms();
   assert_int_equal(dblock_lock_acquire(&l, b, name, -1, 0), DBLOCK_ECANCELED);
   assert_true(tu_now_ms() - t0 < 100);
@@ -590,13 +631,13 @@ static void test_callback_calls(void **s) {
     dblock_client_free(b);
     return;
   }
-  o.lease_ms = 1500;
+  o.lease_ms = 3000; /* (each of l2's renewals has 1.85 s to be confirmed) */
   o.on_lost = cb_calls;
   o.on_lost_arg = &p;
   a = tu_open_opts(cur.url, &o);
   p.c = a;
   p.other = tu_name("cbother");
-  l2 = tu_acquire(a, keep, 0, 0); /* renewed every 500 ms */
+  l2 = tu_acquire(a, keep, 0, 0); /* renewed every 1 s */
   atomic_store(&p.l, tu_acquire(a, name, 0, leased() ? 400 : 0));
   t0 = tu_now_ms();
   if (!leased()) assert_int_equal(dblock_force_unlock(b, name, NULL), 0);
@@ -606,7 +647,7 @@ static void test_callback_calls(void **s) {
   assert_int_equal(p.rc_release, DBLOCK_EDEADLK);
   assert_int_equal(p.rc_acquire, DBLOCK_EDEADLK);
   assert_int_equal(p.rc_inspect, DBLOCK_EDEADLK);
-  tu_sleep_ms(1100); /* two of l2's renewals */
+  tu_sleep_ms(2100); /* two of l2's renewals */
   assert_int_equal(dblock_lock_is_lost(l2), 0);
   assert_int_equal(tu_try(b, keep), DBLOCK_EBUSY);
   assert_int_equal(dblock_lock_release(atomic_load(&p.l)), DBLOCK_ELOST); /* handle kept */
@@ -825,14 +866,21 @@ static void test_explicit_lease_told_on_time(void **s) {
   dblock_client *a;
   const char *name = tu_name("explicit");
   dblock_lock *l;
-  int64_t t0, t1, told = -1;
+  int64_t t0, t1, told = -1, late = -1;
   (void)s;
   a = cli_noted(&note, 0);
   t0 = tu_now_ms();
   l = tu_acquire(a, name, 0, 800);
   t1 = tu_now_ms(); /* (the grant was asked for between t0 and t1) */
-  while (tu_now_ms() - t0 < 1200) {
-    if (told < 0 && dblock_lock_is_lost(l)) told = tu_now_ms() - t0;
+  /* Each look is timed on both sides: "lost" counts from after the call
+   * (early only if the flag was up before 600 ms), "not lost" from before
+   * it (late only if the look began after the lease's end), so a stall of
+   * this loop on a loaded host is never blamed on the library. */
+  while (tu_now_ms() - t1 < 1000) {
+    int64_t before = tu_now_ms();
+    int lost = dblock_lock_is_lost(l);
+    if (lost && told < 0) told = tu_now_ms() - t0;
+    if (!lost && before - t1 > 800 && late < 0) late = before - t1;
     tu_sleep_ms(5);
   }
   if (leased()) {
@@ -840,9 +888,9 @@ static void test_explicit_lease_told_on_time(void **s) {
      * asked for, which is after t0 and before t1; the lease ends 100 ms
      * later */
     if (told < 0) fail_msg("explicit 800 ms lease: never declared lost");
-    if (told > t1 - t0 + 800)
-      fail_msg("explicit 800 ms lease declared lost only %lld ms after the grant came back",
-               (long long)(told - (t1 - t0)));
+    if (late >= 0)
+      fail_msg("explicit 800 ms lease not declared lost %lld ms after the grant came back",
+               (long long)late);
     if (told < 600) fail_msg("explicit 800 ms lease declared lost early, at %lld ms", (long long)told);
     /* (the flag comes first; a worker runs the callback soon after) */
     for (int i = 0; i < 400 && lost_calls(&note) < 1; i++) tu_sleep_ms(5);
@@ -1044,7 +1092,9 @@ static void test_mixing_strategies(void **s) {
 static void test_forget_hands_over(void **s) {
   dblock_strategy other = cur.strategy == DBLOCK_STRATEGY_FOR_UPDATE ? DBLOCK_STRATEGY_INSERT
                                                                        : DBLOCK_STRATEGY_FOR_UPDATE;
-  dblock_client *a = cli(300), *b = tu_open(cur.url, other, cur.table, 0);
+  /* (a 2 s lease: with 300 ms, renewed every 100 ms, one renewal slowed
+   * by a loaded host could cost the lock) */
+  dblock_client *a = cli(2000), *b = tu_open(cur.url, other, cur.table, 0);
   const char *name = tu_name("forget");
   dblock_lock *l;
   int64_t fa;
@@ -1057,9 +1107,9 @@ static void test_forget_hands_over(void **s) {
   assert_int_equal(dblock_lock_is_lost(l), 0);
   must_release(l);
   if (leased()) {
-    /* released, but its lease (300 ms) has not ended: not yet */
+    /* released, but its lease (2 s) has not ended: not yet */
     assert_int_equal(dblock_forget(b, name), DBLOCK_EBUSY);
-    tu_sleep_ms(400);
+    tu_sleep_ms(2100);
   }
   rc = tu_try(b, name);
   if (rc != DBLOCK_EMISMATCH) fail_msg("%s on a free %s row: rc %d (%s)", dblock_strategy_name(other),
@@ -1415,7 +1465,9 @@ static void test_handed_key_one_trip(void **s) {
  * nothing. (Cutting b's socket, as a cancel does to other waits in the
  * server, did not stop the server: the waiting backend got the key once a
  * released it and ran the grant for b — a name held by nobody for a
- * lease.) */
+ * lease.) A cancel that waited for more than the key wait would be late
+ * every time, a stall of a loaded host only now and then: up to three
+ * cancelled waits, one within the limit passes. */
 static void test_cancel_handed_key(void **s) {
   char name[128];
   dblock_client *a, *b, *c;
@@ -1431,15 +1483,23 @@ static void test_cancel_handed_key(void **s) {
   snprintf(name, sizeof name, "%s", tu_name("fcancel"));
   l = acquire_after_waiting(a, name);
   assert_int_equal(dblock_lock_acquire(&t, b, name, 0, 0), DBLOCK_EBUSY);
-  w = (waiter){.c = b, .name = name, .rc = -99};
-  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
-  tu_sleep_ms(50); /* (b is waiting for the key) */
-  t0 = tu_now_ms();
-  assert_int_equal(dblock_client_cancel(b), 0);
-  pthread_join(th, NULL);
-  assert_int_equal(w.rc, DBLOCK_ECANCELED);
-  if (w.got_at - t0 > (tu_slow_tree() ? 600 : 350))
-    fail_msg("cancelled waiter returned %lld ms after the cancel", (long long)(w.got_at - t0));
+  for (int k = 0; k < 3; k++) {
+    int64_t limit = tu_slow_tree() ? 600 : 350;
+    if (k) assert_int_equal(dblock_client_cancel_clear(b), 0);
+    w = (waiter){.c = b, .name = name, .rc = -99};
+    assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
+    tu_sleep_ms(50); /* (b is waiting for the key) */
+    t0 = tu_now_ms();
+    assert_int_equal(dblock_client_cancel(b), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(w.rc, DBLOCK_ECANCELED);
+    if (w.got_at - t0 <= limit) break;
+    print_message("cancelled waiter returned %lld ms after the cancel (try %d of 3)\n",
+                  (long long)(w.got_at - t0), k + 1);
+    if (k == 2)
+      fail_msg("cancelled waiter returned %lld ms after the cancel, three times",
+               (long long)(w.got_at - t0));
+  }
   must_release(l);
   tu_sleep_ms(200); /* (time for a grant behind a wait the server kept) */
   assert_int_equal(dblock_lock_acquire(&t, c, name, 0, 0), 0);
@@ -1570,8 +1630,10 @@ static void test_fair_mode(void **s) {
   pthread_t th;
   dblock_lock *l;
   dblock_options o = cur_opts();
-  int kid;
-  int64_t t0;
+  dblock_lock_info ia, now;
+  char sql[512];
+  int kid, b_in = 0;
+  int64_t t0, t_a, tickets = 0;
   (void)s;
   if (no_queue_refuses_fair()) return;
   a = cli(0);
@@ -1579,11 +1641,24 @@ static void test_fair_mode(void **s) {
   n = cli_queue(1, 0);
   plain = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("fair"));
+  snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue WHERE name = '%s'", cur.table, name);
+  t_a = tu_now_ms();
   assert_int_equal(dblock_lock_acquire(&l, a, name, 0, 300), 0); /* not renewed */
-  w = (waiter){.c = b, .name = name, .hold_ms = 300, .rc = -99};
+  assert_int_equal(dblock_lock_inspect(&ia, plain, name), 0);
+  /* (b holds the name for a second once granted: a stall of this thread
+   * cannot outlast it before n's try) */
+  w = (waiter){.c = b, .name = name, .hold_ms = 1000, .rc = -99};
   assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
-  tu_sleep_ms(400); /* the lease has run out; b holds a ticket */
-  /* (b may have polled its way in meanwhile: then it holds the name) */
+  /* b holds a ticket (looked at, not slept on: b connects first), or has
+   * polled its way in once the lease ran out and holds the name */
+  for (int i = 0; i < 200 && !b_in; i++) {
+    tu_sql(cur.url, sql, &tickets);
+    b_in = tickets > 0 || (dblock_lock_inspect(&now, plain, name) == 0 && now.held &&
+                           strcmp(now.owner_token, ia.owner_token) != 0);
+    if (!b_in) tu_sleep_ms(50);
+  }
+  if (!b_in) fail_msg("b never queued for %s", name);
+  if (tu_now_ms() < t_a + 400) tu_sleep_ms(t_a + 400 - tu_now_ms()); /* a's lease is over */
   assert_int_equal(tu_try(n, name), DBLOCK_EBUSY);
   pthread_join(th, NULL);
   assert_int_equal(w.rc, 0);
@@ -1598,9 +1673,7 @@ static void test_fair_mode(void **s) {
     /* the child is queued: its ticket is in the queue table (looked at,
      * not slept on: a sanitizer-built child may take a while to get
      * there) */
-    char sql[512];
-    int64_t tickets = 0;
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue WHERE name = '%s'", cur.table, name);
+    tickets = 0;
     for (int i = 0; i < 200 && tickets == 0; i++) {
       tu_sql(cur.url, sql, &tickets);
       if (tickets == 0) tu_sleep_ms(50);
@@ -2062,8 +2135,22 @@ static void test_for_update_grant_is_not_flushed(void **s) {
  * costs one fsync, not two. Counted with pg_stat_wal.wal_sync over 200
  * cycles; a backend reports its WAL statistics when it exits, so the
  * client is freed before each reading. */
+/* pg_stat_wal's sync count once it has settled: backends report theirs
+ * when they exit, which a loaded host can delay past a fixed sleep, so it
+ * is read until three readings 100 ms apart agree (at most 10 s). */
+static int64_t settled_wal_syncs(void) {
+  int64_t last = -1, n = -1;
+  int same = 0;
+  for (int i = 0; i < 100 && same < 2; i++) {
+    tu_sleep_ms(100);
+    tu_sql(cur.url, "SELECT wal_sync FROM pg_stat_wal", &n);
+    same = n == last ? same + 1 : 0;
+    last = n;
+  }
+  return n;
+}
+
 static void test_release_is_not_flushed(void **s) {
-  const char *syncs = "SELECT wal_sync FROM pg_stat_wal";
   char name[128];
   dblock_client *c;
   int64_t before, after;
@@ -2073,13 +2160,11 @@ static void test_release_is_not_flushed(void **s) {
   c = cli(0);
   must_release(tu_acquire(c, name, 0, 0)); /* (creates the row, prepares) */
   dblock_client_free(c);
-  tu_sleep_ms(300);
-  tu_sql(cur.url, syncs, &before);
+  before = settled_wal_syncs();
   c = cli(0);
   for (int i = 0; i < 200; i++) must_release(tu_acquire(c, name, 0, 0));
   dblock_client_free(c);
-  tu_sleep_ms(300);
-  tu_sql(cur.url, syncs, &after);
+  after = settled_wal_syncs();
   print_message("postgres/%s: %lld WAL syncs for 200 acquire+release cycles\n",
                 dblock_strategy_name(cur.strategy), (long long)(after - before));
   if (after - before >= 300)

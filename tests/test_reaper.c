@@ -348,7 +348,8 @@ static void reap_skips_held(const char *backend) {
     fail_msg("reap with a held for_update row: rc %d (%s)", rc, tu_errmsg(reaper));
   el = tu_now_ms() - t0;
   if (deleted != 50) fail_msg("reaped %lld rows, want the 50 expired ones", (long long)deleted);
-  if (el > 2000) fail_msg("the pass took %lld ms (waited for the held row?)", (long long)el);
+  /* (the bug waited 5 s for the row lock; 4 s leaves a loaded host room) */
+  if (el > 4000) fail_msg("the pass took %lld ms (waited for the held row?)", (long long)el);
   assert_int_equal(dblock_lock_inspect(&info, admin, "held"), 0);
   assert_int_equal(info.held, 1);
   assert_int_equal(dblock_lock_release(lb), 0);
@@ -388,7 +389,10 @@ static void reaper_thread(const char *backend) {
   d = tu_open_opts(url, &o);
   t0 = tu_now_ms();
   dblock_client_free(d);
-  assert_true(tu_now_ms() - t0 < 100);
+  /* (not the interval's 60 s: closing its connections is all it waits
+   * for, and a loaded host can stretch that past 100 ms) */
+  if (tu_now_ms() - t0 > 2000)
+    fail_msg("client_free with the reaper thread took %lld ms", (long long)(tu_now_ms() - t0));
   dblock_client_free(c);
 }
 static void test_reaper_thread_sqlite(void **s) { (void)s; reaper_thread("sqlite"); }
