@@ -11,6 +11,8 @@ failed=0
 failed_names=""
 out=$(mktemp)
 trap 'rm -f "$out" "$out".*' EXIT
+# (a run's logs start empty: report appends a suite's shards one by one)
+if [ -n "${DBLOCK_TEST_LOGS:-}" ]; then rm -f "$DBLOCK_TEST_LOGS"/*.log; fi
 
 # Adds one output's cmocka tallies (a binary may run several groups) to
 # p and f; rc is the command's exit status, which fails a run whose

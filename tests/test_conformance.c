@@ -75,6 +75,12 @@ static void test_expiry_by_server_time(void **s) {
   int rc;
   (void)s;
   assert_int_equal(dblock_lock_inspect(&ia, b, name), 0);
+  /* (the lease is 1 s by the row's own clock, so a late try below is
+   * judged against the right end: SQLite reads the host clock once per
+   * column, hence the millisecond) */
+  if (leased() && llabs(ia.expires_at_us - ia.acquired_at_us - 1000000) > 1000)
+    fail_msg("a 1 s lease runs from %lld to %lld us", (long long)ia.acquired_at_us,
+             (long long)ia.expires_at_us);
   tu_sleep_ms(600);
   rc = dblock_lock_acquire(&lb, b, name, 0, 0);
   if (rc == 0) {
@@ -356,16 +362,20 @@ static void test_holder_killed(void **s) {
   pid = tu_spawn_holder(cur.url, &o, name, 0, &fd);
   child_fence = tu_holder_fence(fd, pid);
   close(fd);
-  /* (where the dead holder's lease ends, by the server clock, at least:
-   * compared with b's grant below, not with a sleep a loaded host can
-   * stretch) */
-  if (leased()) {
-    assert_int_equal(dblock_lock_inspect(&dead, b, name), 0);
-    assert_true(dead.held && dead.expires_at_us > 0);
-  }
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   t_kill = tu_now_ms();
+  /* (where the dead holder's lease ends by the server clock — read after
+   * the kill, so no renewal moves it — is compared with b's grant below,
+   * not with a sleep a loaded host can stretch; the lease is at least its
+   * 1.5 s, more if a renewal came before the kill) */
+  if (leased()) {
+    assert_int_equal(dblock_lock_inspect(&dead, b, name), 0);
+    assert_true(dead.held);
+    if (dead.expires_at_us - dead.acquired_at_us < 1500000 - 1000)
+      fail_msg("a 1.5 s lease runs from %lld to %lld us", (long long)dead.acquired_at_us,
+               (long long)dead.expires_at_us);
+  }
   l = tu_acquire(b, name, 5000, 0);
   t_free = tu_now_ms() - t_kill;
   if (leased()) {
@@ -471,9 +481,13 @@ static void test_try_timed_blocking(void **s) {
    * is tried up to three times, and one within the limit passes. Returning
    * early fails at once.) */
   for (int k = 0; k < 3; k++) {
+    /* (a fresh client each time: what a client sets up once happens in
+     * every try) */
+    dblock_client *t = cli(0);
     t0 = tu_now_ms();
-    assert_int_equal(dblock_lock_acquire(&lb, b, name, 300, 0), DBLOCK_ETIMEOUT);
+    assert_int_equal(dblock_lock_acquire(&lb, t, name, 300, 0), DBLOCK_ETIMEOUT);
     el = tu_now_ms() - t0;
+    dblock_client_free(t);
     if (el < 300) fail_msg("timed wait of 300 ms returned after %lld ms", (long long)el);
     if (el <= (tu_slow_tree() ? 450 : 400)) break;
     print_message("timed wait of 300 ms took %lld ms (try %d of 3)\n", (long long)el, k + 1);
@@ -522,10 +536,12 @@ static void *cancel_waiter(void *arg) {
  * until cleared (a new acquire returns at once), and after the clear b
  * waits again as before (busy). A cancel honoured only at the next poll
  * or key window (250 ms) would be late every time, a stall of a loaded
- * host only now and then: up to three tries, one within 100 ms passes. */
-static void cancel_one(dblock_client *b, const char *name, int by_signal) {
+ * host only now and then: up to three tries, one within 100 ms passes.
+ * Returns the number of cancelled waits (each counts in stats.cancelled). */
+static int cancel_one(dblock_client *b, const char *name, int by_signal) {
   int64_t t0, el = 0;
   dblock_lock *l = NULL;
+  int tries = 0;
   for (int k = 0; k < 3; k++) {
     cwaiter w = {b, name, -99, 0};
     pthread_t th;
@@ -538,6 +554,7 @@ static void cancel_one(dblock_client *b, const char *name, int by_signal) {
     else assert_int_equal(dblock_client_cancel(b), 0);
     pthread_join(th, NULL);
     el = atomic_load(&w.ret_at) - t0;
+    tries++;
     if (w.rc != DBLOCK_ECANCELED)
       fail_msg("cancelled acquire (%s) returned %d: %s", by_signal ? "signal" : "thread", w.rc,
                tu_errmsg(b));
@@ -553,6 +570,7 @@ static void cancel_one(dblock_client *b, const char *name, int by_signal) {
   assert_true(tu_now_ms() - t0 < 100);
   assert_int_equal(dblock_client_cancel_clear(b), 0);
   assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+  return tries;
 }
 
 static void test_cancel(void **s) {
@@ -568,8 +586,8 @@ static void test_cancel(void **s) {
   sa.sa_handler = cancel_handler; /* no SA_RESTART: as a program's ^C handler */
   sigemptyset(&sa.sa_mask);
   assert_int_equal(sigaction(SIGINT, &sa, &old), 0);
-  cancel_one(b, name, 0);
-  cancel_one(b, name, 1);
+  int waits = cancel_one(b, name, 0);
+  waits += cancel_one(b, name, 1);
   sigaction(SIGINT, &old, NULL);
   /* The holder was never disturbed; after it releases, b gets the name. */
   assert_int_equal(dblock_lock_is_lost(l), 0);
@@ -577,11 +595,12 @@ static void test_cancel(void **s) {
   lb = tu_acquire(b, name, 2000, 0);
   must_release(lb);
   {
-    /* b's counters: 2 cancelled waits + 2 refused while cancelled, 2
-     * busy tries, then 1 grant that had to wait (or not) */
+    /* b's counters: the cancelled waits (2, or more if one was retried)
+     * + 2 refused while cancelled, 2 busy tries, then 1 grant that had to
+     * wait (or not) */
     dblock_stats st;
     assert_int_equal(dblock_client_stats(b, &st, sizeof st), 0);
-    assert_int_equal(st.cancelled, 4);
+    assert_int_equal(st.cancelled, (uint64_t)waits + 2);
     assert_int_equal(st.busy, 2);
     assert_int_equal(st.grants, 1);
   }
@@ -647,7 +666,21 @@ static void test_callback_calls(void **s) {
   assert_int_equal(p.rc_release, DBLOCK_EDEADLK);
   assert_int_equal(p.rc_acquire, DBLOCK_EDEADLK);
   assert_int_equal(p.rc_inspect, DBLOCK_EDEADLK);
-  tu_sleep_ms(2100); /* two of l2's renewals */
+  {
+    /* two of l2's renewals (the only lock a has left) after the callback:
+     * counted, not slept on, so that renewals that stopped with the
+     * callback fail here rather than pass within l2's 3 s lease */
+    dblock_stats st0, st1;
+    assert_int_equal(dblock_client_stats(a, &st0, sizeof st0), 0);
+    st1 = st0;
+    for (int i = 0; i < 800 && st1.renewals < st0.renewals + 2; i++) {
+      tu_sleep_ms(10);
+      assert_int_equal(dblock_client_stats(a, &st1, sizeof st1), 0);
+    }
+    if (st1.renewals < st0.renewals + 2)
+      fail_msg("l2 renewed %llu times in 8 s after the callback",
+               (unsigned long long)(st1.renewals - st0.renewals));
+  }
   assert_int_equal(dblock_lock_is_lost(l2), 0);
   assert_int_equal(tu_try(b, keep), DBLOCK_EBUSY);
   assert_int_equal(dblock_lock_release(atomic_load(&p.l)), DBLOCK_ELOST); /* handle kept */
@@ -883,6 +916,7 @@ static void test_explicit_lease_told_on_time(void **s) {
     if (!lost && before - t1 > 800 && late < 0) late = before - t1;
     tu_sleep_ms(5);
   }
+  if (told < 0 && dblock_lock_is_lost(l)) told = tu_now_ms() - t0; /* (a stalled loop's last look) */
   if (leased()) {
     /* margin = max(100, 800 / 20) = 100: lost 700 ms after the grant was
      * asked for, which is after t0 and before t1; the lease ends 100 ms
@@ -1470,7 +1504,7 @@ static void test_handed_key_one_trip(void **s) {
  * cancelled waits, one within the limit passes. */
 static void test_cancel_handed_key(void **s) {
   char name[128];
-  dblock_client *a, *b, *c;
+  dblock_client *a, *b[3] = {NULL, NULL, NULL}, *c;
   dblock_lock *l, *t = NULL;
   waiter w;
   pthread_t th;
@@ -1478,19 +1512,21 @@ static void test_cancel_handed_key(void **s) {
   (void)s;
   if (!leased() || !is("postgres")) return;
   a = cli(0);
-  b = cli(0);
   c = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("fcancel"));
   l = acquire_after_waiting(a, name);
-  assert_int_equal(dblock_lock_acquire(&t, b, name, 0, 0), DBLOCK_EBUSY);
+  /* (each try on a fresh b, kept open until the end: what a client sets
+   * up once happens in every try, and a grant the server kept for any of
+   * them would still hold the name when c looks) */
   for (int k = 0; k < 3; k++) {
     int64_t limit = tu_slow_tree() ? 600 : 350;
-    if (k) assert_int_equal(dblock_client_cancel_clear(b), 0);
-    w = (waiter){.c = b, .name = name, .rc = -99};
+    b[k] = cli(0);
+    assert_int_equal(dblock_lock_acquire(&t, b[k], name, 0, 0), DBLOCK_EBUSY);
+    w = (waiter){.c = b[k], .name = name, .rc = -99};
     assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
     tu_sleep_ms(50); /* (b is waiting for the key) */
     t0 = tu_now_ms();
-    assert_int_equal(dblock_client_cancel(b), 0);
+    assert_int_equal(dblock_client_cancel(b[k]), 0);
     pthread_join(th, NULL);
     assert_int_equal(w.rc, DBLOCK_ECANCELED);
     if (w.got_at - t0 <= limit) break;
@@ -1504,9 +1540,8 @@ static void test_cancel_handed_key(void **s) {
   tu_sleep_ms(200); /* (time for a grant behind a wait the server kept) */
   assert_int_equal(dblock_lock_acquire(&t, c, name, 0, 0), 0);
   must_release(t);
-  dblock_client_cancel_clear(b);
   dblock_client_free(a);
-  dblock_client_free(b);
+  for (int k = 0; k < 3; k++) dblock_client_free(b[k]); /* (NULL: never opened) */
   dblock_client_free(c);
 }
 
@@ -1618,6 +1653,15 @@ static void test_board_hand_off_outlasts_hold(void **s) {
   if (bad) fail_msg("%d of 16 rounds out of arrival order (want 0 1 2 3)", bad);
 }
 
+/* Tickets in the wait queue for name (the queue table of cur.table). */
+static int64_t queue_tickets(const char *name) {
+  char sql[512];
+  int64_t n = 0;
+  snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue WHERE name = '%s'", cur.table, name);
+  tu_sql(cur.url, sql, &n);
+  return n;
+}
+
 /* Fair mode: a lease runs out without a release (nobody hands the name
  * on). A newcomer's try finds it busy — a waiter is ahead — while without
  * fair mode the try takes the free name; the waiter gets it by its next
@@ -1631,9 +1675,8 @@ static void test_fair_mode(void **s) {
   dblock_lock *l;
   dblock_options o = cur_opts();
   dblock_lock_info ia, now;
-  char sql[512];
   int kid, b_in = 0;
-  int64_t t0, t_a, tickets = 0;
+  int64_t t0, t_a;
   (void)s;
   if (no_queue_refuses_fair()) return;
   a = cli(0);
@@ -1641,9 +1684,8 @@ static void test_fair_mode(void **s) {
   n = cli_queue(1, 0);
   plain = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("fair"));
-  snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s_queue WHERE name = '%s'", cur.table, name);
-  t_a = tu_now_ms();
   assert_int_equal(dblock_lock_acquire(&l, a, name, 0, 300), 0); /* not renewed */
+  t_a = tu_now_ms(); /* (the lease ends 300 ms after the grant, before this) */
   assert_int_equal(dblock_lock_inspect(&ia, plain, name), 0);
   /* (b holds the name for a second once granted: a stall of this thread
    * cannot outlast it before n's try) */
@@ -1652,8 +1694,7 @@ static void test_fair_mode(void **s) {
   /* b holds a ticket (looked at, not slept on: b connects first), or has
    * polled its way in once the lease ran out and holds the name */
   for (int i = 0; i < 200 && !b_in; i++) {
-    tu_sql(cur.url, sql, &tickets);
-    b_in = tickets > 0 || (dblock_lock_inspect(&now, plain, name) == 0 && now.held &&
+    b_in = queue_tickets(name) > 0 || (dblock_lock_inspect(&now, plain, name) == 0 && now.held &&
                            strcmp(now.owner_token, ia.owner_token) != 0);
     if (!b_in) tu_sleep_ms(50);
   }
@@ -1673,9 +1714,9 @@ static void test_fair_mode(void **s) {
     /* the child is queued: its ticket is in the queue table (looked at,
      * not slept on: a sanitizer-built child may take a while to get
      * there) */
-    tickets = 0;
+    int64_t tickets = 0;
     for (int i = 0; i < 200 && tickets == 0; i++) {
-      tu_sql(cur.url, sql, &tickets);
+      tickets = queue_tickets(name);
       if (tickets == 0) tu_sleep_ms(50);
     }
     if (tickets == 0) fail_msg("the child process never queued for %s", name);
@@ -1720,13 +1761,21 @@ static void test_stalled_listener_falls_back_to_polling(void **s) {
   a = cli(0);
   b = cli_queue(0, 0);
   snprintf(name, sizeof name, "%s", tu_name("stalled-listener"));
-  /* a first wait, so that b has its listener */
+  /* a first wait, so that b has its listener: released once b's ticket is
+   * in the queue (b queues once its LISTEN is answered), so that the
+   * release gives b's ticket the turn and notifies b's channel */
   l = tu_acquire(a, name, 0, 0);
   w = (waiter){.c = b, .name = name, .rc = -99};
-  release_to_waiter(l, &w, 300, NULL);
+  {
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
+    for (int i = 0; i < 200 && queue_tickets(name) == 0; i++) tu_sleep_ms(50);
+    if (queue_tickets(name) == 0) fail_msg("b never queued for %s", name);
+    must_release(l);
+    pthread_join(th, NULL);
+  }
   assert_int_equal(w.rc, 0);
-  /* (the release gave b's ticket the turn and notified b's channel) */
-  for (int i = 0; i < 200; i++) {
+  for (int i = 0; i < 1000; i++) {
     assert_int_equal(dblock_client_stats(b, &before, sizeof before), 0);
     if (before.notified >= 1) break;
     tu_sleep_ms(10);

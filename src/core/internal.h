@@ -306,6 +306,15 @@ void dbl_tell_locked(dblock_client *cl, struct dbl_held *h);
  * Called without the mutex held. */
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h);
 
+/* Declares h lost if its loss deadline has passed by now (monotonic ms)
+ * and it is not yet: sets the flag and queues the on_lost call for a
+ * renewal worker (the caller wakes the watchdog to hand it out). Returns 1
+ * if it declared the loss. The watchdog does this at each deadline; the
+ * accessors do it too, so that a watchdog thread the host has not run yet
+ * never leaves a caller believing in a lock past its deadline. Caller
+ * holds mu. */
+int dbl_declare_if_due(dblock_client *cl, struct dbl_held *h, int64_t now);
+
 /* Renews a claimed entry once: 0, DBLOCK_ELOST, or an unknown outcome. */
 int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e);
 

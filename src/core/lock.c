@@ -1223,10 +1223,15 @@ int dblock_lock_hold_count(const dblock_lock *l) { return (int)held_field(l, 1);
 int64_t dblock_lock_expires_at(const dblock_lock *l) { return held_field(l, 2); }
 
 int dblock_lock_is_lost(const dblock_lock *l) {
+  dblock_client *cl;
   int lost;
   if (!l) return 0;
-  dbl_lock(l->client);
+  cl = l->client;
+  dbl_lock(cl);
+  /* (by the clock, not only by the watchdog's flag: past its deadline a
+   * lock is lost even if the watchdog thread has not run yet) */
+  if (dbl_declare_if_due(cl, l->held, dbl_mono_ms())) dbl_signal(&cl->wake, 1);
   lost = l->held->lost != 0;
-  dbl_unlock(l->client);
+  dbl_unlock(cl);
   return lost;
 }

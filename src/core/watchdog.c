@@ -131,12 +131,19 @@ static void declare_losses(dblock_client *cl, int64_t now, int64_t *next) {
       if (h->lost_at_ms < *next) *next = h->lost_at_ms;
       continue;
     }
-    h->lost = DBLOCK_ELOST;
-    if (h->lost_notified == LOST_UNTOLD) {
-      h->lost_notified = LOST_QUEUED;
-      cl->ntell++;
-    }
+    (void)dbl_declare_if_due(cl, h, now);
   }
+}
+
+int dbl_declare_if_due(dblock_client *cl, struct dbl_held *h, int64_t now) {
+  dbl_assert_held(cl);
+  if (h->lost || h->lost_at_ms <= 0 || h->handles <= 0 || now < h->lost_at_ms) return 0;
+  h->lost = DBLOCK_ELOST;
+  if (h->lost_notified == LOST_UNTOLD) {
+    h->lost_notified = LOST_QUEUED;
+    cl->ntell++;
+  }
+  return 1;
 }
 
 /* Claims every entry due for renewal and queues it for a worker. Caller
