@@ -12,6 +12,15 @@
  * (SIGPIPE ignored). Exit 1 when the open or the acquire fails (the reason
  * on stderr), 2 on bad arguments.
  *
+ *   lockhelper --freeze TID
+ *
+ * Stops one thread, TID, of another process (its tracer: ptrace seize and
+ * interrupt; the process must allow it, see tu_freeze_thread), writes
+ * "frozen" on a line of stdout once it is stopped ("error: ..." if it
+ * cannot be), and lets it go again when its stdin ends. The other threads
+ * of that process run on: the hard variant of a thread the host does not
+ * schedule, such as a client's watchdog.
+ *
  * Why a program and not a forked test process: the suites are
  * multi-threaded (clients run watchdog threads), and a child of a
  * multi-threaded fork may not start threads under ThreadSanitizer — it
@@ -20,8 +29,11 @@
  */
 #include "dblock.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +48,36 @@ static int number(const char *s, int64_t *out) {
   return 0;
 }
 
+/* --freeze TID: see the header. */
+static int freeze(const char *arg) {
+  int64_t tid;
+  int st;
+  char buf[16];
+  if (number(arg, &tid) || tid <= 0) {
+    fprintf(stderr, "usage: lockhelper --freeze TID\n");
+    return 2;
+  }
+  if (ptrace(PTRACE_SEIZE, (pid_t)tid, NULL, NULL) != 0 ||
+      ptrace(PTRACE_INTERRUPT, (pid_t)tid, NULL, NULL) != 0 ||
+      waitpid((pid_t)tid, &st, __WALL) != (pid_t)tid) {
+    printf("error: thread %lld: %s\n", (long long)tid, strerror(errno));
+    return 1;
+  }
+  printf("frozen\n");
+  fflush(stdout);
+  while (read(0, buf, sizeof buf) > 0) {
+  }
+  (void)ptrace(PTRACE_DETACH, (pid_t)tid, NULL, NULL);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   dblock_options o = DBLOCK_OPTIONS_INIT;
   dblock_client *c = NULL;
   dblock_lock *l = NULL;
   dblock_error_info ei;
   int64_t lease, wait, fair, backoff;
+  if (argc == 3 && strcmp(argv[1], "--freeze") == 0) return freeze(argv[2]);
   if (argc != 9 || dblock_strategy_parse(&o.strategy, argv[2]) != 0 ||
       number(argv[5], &lease) || number(argv[6], &wait) || number(argv[7], &fair) ||
       number(argv[8], &backoff)) {

@@ -889,6 +889,37 @@ static void test_lost_after_expiry_takeover(void **s) {
   dblock_client_free(b);
 }
 
+/* Never blind when the watchdog thread is not run: the host leaves the
+ * client's watchdog unscheduled (here: stopped by a tracer, the other
+ * threads running on) across the loss deadline of an explicit 800 ms
+ * lease. dblock_lock_is_lost says 1 from the deadline anyway, by the
+ * clock (it used to wait for the watchdog to set the flag: 0 while the
+ * thread stood still, however late); once the thread runs again, on_lost
+ * is called once. */
+static void test_lost_while_watchdog_stopped(void **s) {
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  dblock_client *a;
+  const char *name = tu_name("frozen-wd");
+  dblock_lock *l;
+  int64_t t1;
+  int frz, ctl, lost;
+  (void)s;
+  if (!leased()) return;
+  a = cli_noted(&note, 0);
+  l = tu_acquire(a, name, 0, 800);
+  t1 = tu_now_ms(); /* (lost 700 ms after the acquire was sent, before this) */
+  frz = tu_freeze_thread(tu_thread_named("dblock-watchdog"), &ctl);
+  if (tu_now_ms() < t1 + 900) tu_sleep_ms(t1 + 900 - tu_now_ms());
+  lost = dblock_lock_is_lost(l);
+  tu_thaw_thread(frz, ctl);
+  if (lost != 1) fail_msg("an 800 ms lease 900 ms on, its watchdog stopped: is_lost says %d", lost);
+  for (int i = 0; i < 400 && lost_calls(&note) < 1; i++) tu_sleep_ms(5);
+  assert_int_equal(lost_calls(&note), 1);
+  assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  assert_int_equal(lost_calls(&note), 1);
+  dblock_client_free(a);
+}
+
 /* Clause 7, never blind, explicit lease: a lock acquired with an explicit
  * lease (not renewed) is declared lost at lease - margin after the grant
  * was asked for, with no call on the handle: the callback fires once and
@@ -2253,6 +2284,7 @@ int main(void) {
       cmocka_unit_test(test_lost_callback_on_force_unlock),
       cmocka_unit_test(test_lost_after_expiry_takeover),
       cmocka_unit_test(test_explicit_lease_told_on_time),
+      cmocka_unit_test(test_lost_while_watchdog_stopped),
       cmocka_unit_test(test_lost_release_fires_callback),
       cmocka_unit_test(test_introspection),
       cmocka_unit_test(test_fence_floor_from_row),

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <linux/futex.h>
@@ -375,4 +376,62 @@ int64_t tu_holder_fence(int fd, int pid) {
 int tu_alive(int pid) {
   int st;
   return waitpid(pid, &st, WNOHANG) == 0;
+}
+
+int tu_thread_named(const char *comm) {
+  DIR *dir = opendir("/proc/self/task");
+  struct dirent *de;
+  int found = 0, tid = -1;
+  if (!dir) fail_msg("/proc/self/task: %s", strerror(errno));
+  while ((de = readdir(dir))) {
+    char path[300], name[64] = "";
+    FILE *f;
+    if (de->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+    if (!(f = fopen(path, "r"))) continue;
+    if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
+    fclose(f);
+    if (strcmp(name, comm) == 0) {
+      found++;
+      tid = atoi(de->d_name);
+    }
+  }
+  closedir(dir);
+  if (found != 1) fail_msg("%d threads named %s in this process, want 1", found, comm);
+  return tid;
+}
+
+int tu_freeze_thread(int tid, int *ctl) {
+  char prog[256], arg[24], line[128] = "";
+  int out[2], in[2];
+  pid_t pid;
+  /* (Yama's ptrace_scope 1 lets only an ancestor trace: allow any) */
+  (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  snprintf(prog, sizeof prog, "%s/lockhelper", tu_tree());
+  snprintf(arg, sizeof arg, "%d", tid);
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0)
+    fail_msg("pipe: %s", strerror(errno));
+  if ((pid = fork()) == 0) {
+    dup2(out[1], 1);
+    dup2(in[0], 0);
+    execl(prog, prog, "--freeze", arg, (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  close(in[0]);
+  if (pid < 0) fail_msg("fork: %s", strerror(errno));
+  if (read_line(out[0], line, sizeof line, 10000) != 0 || strcmp(line, "frozen") != 0) {
+    close(out[0]);
+    close(in[1]);
+    waitpid(pid, NULL, 0);
+    fail_msg("could not stop thread %d: %s", tid, line);
+  }
+  close(out[0]);
+  *ctl = in[1];
+  return (int)pid;
+}
+
+void tu_thaw_thread(int pid, int ctl) {
+  close(ctl); /* (the freezer lets the thread go when its stdin ends) */
+  waitpid(pid, NULL, 0);
 }

@@ -134,6 +134,17 @@ int64_t tu_holder_fence(int fd, int pid);
 /* Whether process pid (a child of this one) has not exited yet. */
 int tu_alive(int pid);
 
+/* The kernel id of this process's one thread named comm (dblock names its
+ * threads: "dblock-watchdog", "dblock-renew", ...); fails the test when
+ * there is none or more than one. */
+int tu_thread_named(const char *comm);
+/* Stops thread tid of this process (lockhelper --freeze: a tracer in a
+ * process of its own) while the others run on; returns once it is
+ * stopped, with the freezer's pid, and its control pipe in *ctl. */
+int tu_freeze_thread(int tid, int *ctl);
+/* Lets the thread stopped by tu_freeze_thread go again. */
+void tu_thaw_thread(int pid, int ctl);
+
 /* The message of the last error on c (or of the thread when c is NULL). */
 const char *tu_errmsg(dblock_client *c);
 

@@ -321,6 +321,7 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
 
 static void *reaper_main(void *arg) {
   dblock_client *cl = arg;
+  (void)pthread_setname_np(pthread_self(), "dblock-reaper");
   dbl_lock(cl);
   while (!cl->closing) {
     int64_t at = dbl_mono_ms() + cl->opts.reaper_interval_ms;

@@ -137,6 +137,7 @@ static int pause_unless_stopped(dblock_client *cl, int64_t ms) {
  * pause) when the connection breaks, until the client closes. */
 static void *listener_main(void *arg) {
   dblock_client *cl = arg;
+  (void)pthread_setname_np(pthread_self(), "dblock-listen");
   for (;;) {
     dbl_conn *c = listen_conn(cl);
     dbl_err e;

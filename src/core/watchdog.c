@@ -202,6 +202,9 @@ static void dispatch(dblock_client *cl) {
 
 static void *watchdog_main(void *arg) {
   dblock_client *cl = arg;
+  /* (threads are named for top -H, gdb and the tests, which find and
+   * freeze this one; 15 characters at most) */
+  (void)pthread_setname_np(pthread_self(), "dblock-watchdog");
   dbl_lock(cl);
   while (!cl->closing) {
     int64_t now = dbl_mono_ms(), next = now + 1000;
@@ -282,6 +285,7 @@ static void renew_one(dblock_client *cl, struct dbl_held *h) {
 /* A renewal worker; counted in idle_workers whenever it is not renewing. */
 static void *worker_main(void *arg) {
   dblock_client *cl = arg;
+  (void)pthread_setname_np(pthread_self(), "dblock-renew");
   dbl_lock(cl);
   while (!cl->closing) {
     struct dbl_held *h = take_tell(cl);
