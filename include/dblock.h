@@ -413,7 +413,10 @@ int dblock_lock_hold_count(const dblock_lock *lock);
  * renewed; 0 for for_update locks, which have no lease. */
 int64_t dblock_lock_expires_at(const dblock_lock *lock);
 
-/* 1 if the lock is known to be lost (watchdog or a failed call said so). */
+/* 1 if the lock is known to be lost: its loss deadline has passed by this
+ * host's monotonic clock (whether or not the watchdog thread has run since;
+ * see dblock_lock_acquire), or a call found it gone. Takes the client's
+ * mutex: not for signal handlers. */
 int dblock_lock_is_lost(const dblock_lock *lock);
 
 /* ---- Introspection and administration ---------------------------------- */

@@ -12,14 +12,16 @@
  * (SIGPIPE ignored). Exit 1 when the open or the acquire fails (the reason
  * on stderr), 2 on bad arguments.
  *
- *   lockhelper --freeze TID
+ *   lockhelper --freeze TID MAX_MS
  *
  * Stops one thread, TID, of another process (its tracer: ptrace seize and
  * interrupt; the process must allow it, see tu_freeze_thread), writes
  * "frozen" on a line of stdout once it is stopped ("error: ..." if it
- * cannot be), and lets it go again when its stdin ends. The other threads
- * of that process run on: the hard variant of a thread the host does not
- * schedule, such as a client's watchdog.
+ * cannot be), and lets it go again when its stdin ends or after MAX_MS,
+ * whichever comes first (so that a test stuck behind the stopped thread
+ * is stuck for MAX_MS at most). The other threads of that process run on:
+ * the hard variant of a thread the host does not schedule, such as a
+ * client's watchdog.
  *
  * Why a program and not a forked test process: the suites are
  * multi-threaded (clients run watchdog threads), and a child of a
@@ -31,6 +33,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
@@ -48,13 +51,15 @@ static int number(const char *s, int64_t *out) {
   return 0;
 }
 
-/* --freeze TID: see the header. */
-static int freeze(const char *arg) {
-  int64_t tid;
+/* --freeze TID MAX_MS: see the header. */
+static int freeze(const char *arg, const char *max_arg) {
+  int64_t tid, max_ms;
   int st;
   char buf[16];
-  if (number(arg, &tid) || tid <= 0) {
-    fprintf(stderr, "usage: lockhelper --freeze TID\n");
+  struct pollfd in = {.fd = 0, .events = POLLIN};
+  if (number(arg, &tid) || tid <= 0 || number(max_arg, &max_ms) || max_ms <= 0 ||
+      max_ms > 600000) {
+    fprintf(stderr, "usage: lockhelper --freeze TID MAX_MS\n");
     return 2;
   }
   if (ptrace(PTRACE_SEIZE, (pid_t)tid, NULL, NULL) != 0 ||
@@ -65,7 +70,8 @@ static int freeze(const char *arg) {
   }
   printf("frozen\n");
   fflush(stdout);
-  while (read(0, buf, sizeof buf) > 0) {
+  /* (stdin only ends: wait for that or for MAX_MS, then let go) */
+  while (poll(&in, 1, (int)max_ms) > 0 && read(0, buf, sizeof buf) > 0) {
   }
   (void)ptrace(PTRACE_DETACH, (pid_t)tid, NULL, NULL);
   return 0;
@@ -77,7 +83,7 @@ int main(int argc, char **argv) {
   dblock_lock *l = NULL;
   dblock_error_info ei;
   int64_t lease, wait, fair, backoff;
-  if (argc == 3 && strcmp(argv[1], "--freeze") == 0) return freeze(argv[2]);
+  if (argc == 4 && strcmp(argv[1], "--freeze") == 0) return freeze(argv[2], argv[3]);
   if (argc != 9 || dblock_strategy_parse(&o.strategy, argv[2]) != 0 ||
       number(argv[5], &lease) || number(argv[6], &wait) || number(argv[7], &fair) ||
       number(argv[8], &backoff)) {

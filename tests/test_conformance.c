@@ -889,30 +889,97 @@ static void test_lost_after_expiry_takeover(void **s) {
   dblock_client_free(b);
 }
 
+/* for_update's half of the test below: the deadline is the session's
+ * (pings every 500 ms with a 1.5 s lease; lost 9.5 s after the last ping
+ * was sent, half a second before the server may end the idle session).
+ * Past it, with the watchdog still stopped, is_lost says 1 and a
+ * reentrant acquire is not granted on the old hold — a local grant, no
+ * round trip, on a session the server may be ending (it used to be: hold
+ * count 2, the same fence). It is a fresh acquire, which finds the old
+ * session's row lock still there (busy), or takes the name anew. */
+static void lost_while_watchdog_stopped_fu(const char *name) {
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  dblock_client *a = cli_noted(&note, 1500);
+  dblock_lock *l = tu_acquire(a, name, 0, 0), *again = NULL;
+  int64_t t_frozen, t_look;
+  int frz, ctl, lost, rc;
+  frz = tu_freeze_thread(tu_thread_named("dblock-watchdog"), 20000, &ctl);
+  t_frozen = tu_now_ms(); /* (no ping was sent after this) */
+  tu_sleep_ms(9700);
+  t_look = tu_now_ms();
+  rc = dblock_lock_acquire(&again, a, name, 0, 0);
+  lost = dblock_lock_is_lost(l);
+  t_look = tu_now_ms() - t_look;
+  tu_thaw_thread(frz, ctl);
+  if (t_look > 3000)
+    fail_msg("acquire + is_lost took %lld ms: the watchdog was stopped holding the client's mutex?",
+             (long long)t_look);
+  if (lost != 1)
+    fail_msg("a for_update hold %lld ms without pings: is_lost says %d",
+             (long long)(tu_now_ms() - t_frozen), lost);
+  if (rc == 0) {
+    if (dblock_lock_hold_count(again) != 1 || dblock_lock_fence(again) <= dblock_lock_fence(l))
+      fail_msg("acquire past the deadline added a hold (count %d, fence %lld, old %lld)",
+               dblock_lock_hold_count(again), (long long)dblock_lock_fence(again),
+               (long long)dblock_lock_fence(l));
+    must_release(again);
+  } else if (rc != DBLOCK_EBUSY) {
+    fail_msg("acquire of the lost name: rc %d (%s)", rc, tu_errmsg(a));
+  }
+  for (int i = 0; i < 400 && lost_calls(&note) < 1; i++) tu_sleep_ms(5);
+  assert_int_equal(lost_calls(&note), 1);
+  assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
+  dblock_client_free(a);
+}
+
 /* Never blind when the watchdog thread is not run: the host leaves the
  * client's watchdog unscheduled (here: stopped by a tracer, the other
- * threads running on) across the loss deadline of an explicit 800 ms
- * lease. dblock_lock_is_lost says 1 from the deadline anyway, by the
- * clock (it used to wait for the watchdog to set the flag: 0 while the
- * thread stood still, however late); once the thread runs again, on_lost
- * is called once. */
+ * threads running on) across the loss deadline of an explicit 2 s lease.
+ * dblock_lock_is_lost says 1 from the deadline anyway, by the clock (it
+ * used to wait for the watchdog to set the flag: 0 while the thread stood
+ * still, however late), a reentrant acquire is not granted on it, and
+ * on_lost is called once. The thread must be stopped before the deadline
+ * (else nothing is shown), and a look that waited for it (the thread
+ * stopped holding the client's mutex: rare) fails with its own message.
+ * for_update: see lost_while_watchdog_stopped_fu. */
 static void test_lost_while_watchdog_stopped(void **s) {
   static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
   dblock_client *a;
   const char *name = tu_name("frozen-wd");
-  dblock_lock *l;
-  int64_t t1;
-  int frz, ctl, lost;
+  dblock_lock *l, *again = NULL;
+  int64_t t0, t_ret, t_frozen, t_look;
+  int frz, ctl, lost, rc;
   (void)s;
-  if (!leased()) return;
+  if (!leased()) {
+    lost_while_watchdog_stopped_fu(name);
+    return;
+  }
   a = cli_noted(&note, 0);
-  l = tu_acquire(a, name, 0, 800);
-  t1 = tu_now_ms(); /* (lost 700 ms after the acquire was sent, before this) */
-  frz = tu_freeze_thread(tu_thread_named("dblock-watchdog"), &ctl);
-  if (tu_now_ms() < t1 + 900) tu_sleep_ms(t1 + 900 - tu_now_ms());
+  t0 = tu_now_ms(); /* (lost 1,900 ms after the acquire was sent, after this) */
+  l = tu_acquire(a, name, 0, 2000);
+  t_ret = tu_now_ms(); /* (and the lease ends 2 s after the grant, before this) */
+  frz = tu_freeze_thread(tu_thread_named("dblock-watchdog"), 10000, &ctl);
+  t_frozen = tu_now_ms() - t0;
+  if (tu_now_ms() < t_ret + 2100) tu_sleep_ms(t_ret + 2100 - tu_now_ms());
+  /* (the reentrant acquire first: it must find the hold lost by itself) */
+  t_look = tu_now_ms();
+  rc = dblock_lock_acquire(&again, a, name, 0, 0);
   lost = dblock_lock_is_lost(l);
+  t_look = tu_now_ms() - t_look;
   tu_thaw_thread(frz, ctl);
-  if (lost != 1) fail_msg("an 800 ms lease 900 ms on, its watchdog stopped: is_lost says %d", lost);
+  if (t_frozen >= 1850)
+    fail_msg("the watchdog was stopped only %lld ms after the acquire, too near its loss "
+             "deadline (1,900 ms) to show anything", (long long)t_frozen);
+  if (t_look > 1000)
+    fail_msg("acquire + is_lost took %lld ms: the watchdog was stopped holding the client's mutex?",
+             (long long)t_look);
+  if (lost != 1) fail_msg("a 2 s lease 2.1 s on, its watchdog stopped: is_lost says %d", lost);
+  /* (a reentrant acquire of a lost name is a fresh acquire: granted anew
+   * with a greater fence, not a hold added to the lost one) */
+  if (rc != 0) fail_msg("acquire of the lost name: rc %d (%s)", rc, tu_errmsg(a));
+  assert_true(dblock_lock_fence(again) > dblock_lock_fence(l));
+  assert_int_equal(dblock_lock_hold_count(again), 1);
+  must_release(again);
   for (int i = 0; i < 400 && lost_calls(&note) < 1; i++) tu_sleep_ms(5);
   assert_int_equal(lost_calls(&note), 1);
   assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);

@@ -378,10 +378,11 @@ int tu_alive(int pid) {
   return waitpid(pid, &st, WNOHANG) == 0;
 }
 
-int tu_thread_named(const char *comm) {
+/* The number of this process's threads named comm; *tid gets one's id. */
+static int threads_named(const char *comm, int *tid) {
   DIR *dir = opendir("/proc/self/task");
   struct dirent *de;
-  int found = 0, tid = -1;
+  int found = 0;
   if (!dir) fail_msg("/proc/self/task: %s", strerror(errno));
   while ((de = readdir(dir))) {
     char path[300], name[64] = "";
@@ -393,38 +394,56 @@ int tu_thread_named(const char *comm) {
     fclose(f);
     if (strcmp(name, comm) == 0) {
       found++;
-      tid = atoi(de->d_name);
+      *tid = atoi(de->d_name);
     }
   }
   closedir(dir);
+  return found;
+}
+
+int tu_thread_named(const char *comm) {
+  int tid = -1, found = 0;
+  /* (a thread is named by its creator just after it starts: looked at
+   * again for a while rather than once) */
+  for (int i = 0; i < 200 && (found = threads_named(comm, &tid)) != 1; i++) tu_sleep_ms(10);
   if (found != 1) fail_msg("%d threads named %s in this process, want 1", found, comm);
   return tid;
 }
 
-int tu_freeze_thread(int tid, int *ctl) {
-  char prog[256], arg[24], line[128] = "";
+int tu_freeze_thread(int tid, int64_t max_ms, int *ctl) {
+  char prog[256], arg[24], max[24], line[128] = "";
   int out[2], in[2];
   pid_t pid;
   /* (Yama's ptrace_scope 1 lets only an ancestor trace: allow any) */
   (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   snprintf(prog, sizeof prog, "%s/lockhelper", tu_tree());
   snprintf(arg, sizeof arg, "%d", tid);
+  snprintf(max, sizeof max, "%lld", (long long)max_ms);
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0)
     fail_msg("pipe: %s", strerror(errno));
   if ((pid = fork()) == 0) {
     dup2(out[1], 1);
     dup2(in[0], 0);
-    execl(prog, prog, "--freeze", arg, (char *)NULL);
+    execl(prog, prog, "--freeze", arg, max, (char *)NULL);
     _exit(127);
   }
   close(out[1]);
   close(in[0]);
   if (pid < 0) fail_msg("fork: %s", strerror(errno));
   if (read_line(out[0], line, sizeof line, 10000) != 0 || strcmp(line, "frozen") != 0) {
+    char scope[16] = "?";
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "r");
+    if (f) {
+      if (fgets(scope, sizeof scope, f)) scope[strcspn(scope, "\n")] = 0;
+      fclose(f);
+    }
     close(out[0]);
     close(in[1]);
+    kill(pid, SIGKILL); /* (its death detaches the thread) */
     waitpid(pid, NULL, 0);
-    fail_msg("could not stop thread %d: %s", tid, line);
+    fail_msg("could not stop thread %d with %s --freeze: '%s' (this test needs ptrace: "
+             "CAP_SYS_PTRACE or Yama ptrace_scope 0/1; ptrace_scope here: %s)",
+             tid, prog, line[0] ? line : "no answer", scope);
   }
   close(out[0]);
   *ctl = in[1];

@@ -136,12 +136,13 @@ int tu_alive(int pid);
 
 /* The kernel id of this process's one thread named comm (dblock names its
  * threads: "dblock-watchdog", "dblock-renew", ...); fails the test when
- * there is none or more than one. */
+ * there is not exactly one for 2 s. */
 int tu_thread_named(const char *comm);
 /* Stops thread tid of this process (lockhelper --freeze: a tracer in a
- * process of its own) while the others run on; returns once it is
- * stopped, with the freezer's pid, and its control pipe in *ctl. */
-int tu_freeze_thread(int tid, int *ctl);
+ * process of its own) while the others run on, for max_ms at most;
+ * returns once it is stopped, with the freezer's pid, and its control
+ * pipe in *ctl. */
+int tu_freeze_thread(int tid, int64_t max_ms, int *ctl);
 /* Lets the thread stopped by tu_freeze_thread go again. */
 void tu_thaw_thread(int pid, int ctl);
 

@@ -321,7 +321,6 @@ int dblock_reap(dblock_client *cl, int64_t grace_ms, int batch, int64_t *deleted
 
 static void *reaper_main(void *arg) {
   dblock_client *cl = arg;
-  (void)pthread_setname_np(pthread_self(), "dblock-reaper");
   dbl_lock(cl);
   while (!cl->closing) {
     int64_t at = dbl_mono_ms() + cl->opts.reaper_interval_ms;
@@ -339,6 +338,7 @@ static void *reaper_main(void *arg) {
 int dbl_reaper_start(dblock_client *cl) {
   if (pthread_create(&cl->reaper, NULL, reaper_main, cl) != 0)
     return dbl_failf(cl, DBLOCK_ENOMEM, "cannot start the reaper thread");
+  dbl_name_thread(cl->reaper, "dblock-reaper");
   cl->reaper_started = 1;
   return 0;
 }

@@ -306,6 +306,12 @@ void dbl_tell_locked(dblock_client *cl, struct dbl_held *h);
  * Called without the mutex held. */
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h);
 
+/* Names a thread the library started (for top -H, ps -L, gdb and the
+ * tests; 15 characters at most), right after pthread_create: named by its
+ * creator, it never shows another thread's name to a reader that looks
+ * once it runs. */
+void dbl_name_thread(pthread_t t, const char *name);
+
 /* Declares h lost if its loss deadline has passed by now (monotonic ms)
  * and it is not yet: sets the flag and queues the on_lost call for a
  * renewal worker (the caller wakes the watchdog to hand it out). Returns 1

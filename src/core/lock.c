@@ -140,12 +140,29 @@ static void fresh_entry(struct dbl_held *h, dblock_client *cl, const char *name,
   h->auto_renew = auto_renew;
 }
 
+/* Declares h lost if its loss deadline has passed by the clock, whether
+ * or not the watchdog thread has run since (dbl_declare_if_due), and hands
+ * its on_lost call to an idle worker at once, or to the watchdog. Every
+ * call that would trust a held entry — is_lost, a reentrant acquire,
+ * release, renew — looks here first: a watchdog the host has not run
+ * must never leave a caller acting on a lock past its deadline (a
+ * for_update reentrant grant is local, no round trip). Caller holds mu. */
+static void lost_if_due(dblock_client *cl, struct dbl_held *h) {
+  dbl_assert_held(cl);
+  if (!dbl_declare_if_due(cl, h, dbl_mono_ms())) return;
+  dbl_signal(&cl->wake, 1);
+  if (cl->idle_workers > 0) dbl_signal(&cl->work, 1);
+}
+
 /* Finds this owner's live entry for name; caller holds cl->mu. */
 static struct dbl_held *find_held(dblock_client *cl, const char *name,
                                   int64_t thread) {
   dbl_assert_held(cl);
   for (struct dbl_held *h = cl->held; h; h = h->next)
-    if (h->thread == thread && !h->lost && strcmp(h->name, name) == 0) return h;
+    if (h->thread == thread && strcmp(h->name, name) == 0) {
+      lost_if_due(cl, h);
+      if (!h->lost) return h;
+    }
   return NULL;
 }
 
@@ -1110,6 +1127,7 @@ int dblock_lock_release(dblock_lock *l) {
   /* Phase 1: claim the entry (no renewal runs meanwhile) and read it. */
   dbl_lock(cl);
   claim(cl, h);
+  lost_if_due(cl, h);
   lost = h->lost;
   final = h->holds <= 1;
   dbl_unlock(cl);
@@ -1192,6 +1210,7 @@ int dblock_lock_renew(dblock_lock *l) {
   memset(&e, 0, sizeof e);
   dbl_lock(cl);
   claim(cl, h);
+  lost_if_due(cl, h);
   rc = h->lost;
   dbl_unlock(cl);
   if (rc == 0) rc = dbl_renew_held(cl, h, &e);
@@ -1228,9 +1247,7 @@ int dblock_lock_is_lost(const dblock_lock *l) {
   if (!l) return 0;
   cl = l->client;
   dbl_lock(cl);
-  /* (by the clock, not only by the watchdog's flag: past its deadline a
-   * lock is lost even if the watchdog thread has not run yet) */
-  if (dbl_declare_if_due(cl, l->held, dbl_mono_ms())) dbl_signal(&cl->wake, 1);
+  lost_if_due(cl, l->held);
   lost = l->held->lost != 0;
   dbl_unlock(cl);
   return lost;

@@ -137,7 +137,6 @@ static int pause_unless_stopped(dblock_client *cl, int64_t ms) {
  * pause) when the connection breaks, until the client closes. */
 static void *listener_main(void *arg) {
   dblock_client *cl = arg;
-  (void)pthread_setname_np(pthread_self(), "dblock-listen");
   for (;;) {
     dbl_conn *c = listen_conn(cl);
     dbl_err e;
@@ -171,6 +170,7 @@ int dbl_queue_ready(dblock_client *cl, int64_t wait_ms) {
     pthread_condattr_destroy(&ca);
     cl->lsn = L;
     L->started = pthread_create(&L->thread, NULL, listener_main, cl) == 0;
+    if (L->started) dbl_name_thread(L->thread, "dblock-listen");
     L->stop = !L->started; /* no thread: this client polls */
     no_thread = !L->started;
   }

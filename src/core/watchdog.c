@@ -135,6 +135,10 @@ static void declare_losses(dblock_client *cl, int64_t now, int64_t *next) {
   }
 }
 
+void dbl_name_thread(pthread_t t, const char *name) {
+  (void)pthread_setname_np(t, name); /* (cosmetic: an error changes nothing) */
+}
+
 int dbl_declare_if_due(dblock_client *cl, struct dbl_held *h, int64_t now) {
   dbl_assert_held(cl);
   if (h->lost || h->lost_at_ms <= 0 || h->handles <= 0 || now < h->lost_at_ms) return 0;
@@ -192,6 +196,7 @@ static void dispatch(dblock_client *cl) {
   if (!cl->nqueued && !cl->ntell) return;
   while (cl->nqueued + cl->ntell > cl->idle_workers && cl->nworkers < DBL_MAX_WORKERS &&
          pthread_create(&cl->workers[cl->nworkers], NULL, worker_main, cl) == 0) {
+    dbl_name_thread(cl->workers[cl->nworkers], "dblock-renew");
     cl->nworkers++;
     cl->idle_workers++; /* counted free from its start, so no second spawn */
   }
@@ -202,9 +207,6 @@ static void dispatch(dblock_client *cl) {
 
 static void *watchdog_main(void *arg) {
   dblock_client *cl = arg;
-  /* (threads are named for top -H, gdb and the tests, which find and
-   * freeze this one; 15 characters at most) */
-  (void)pthread_setname_np(pthread_self(), "dblock-watchdog");
   dbl_lock(cl);
   while (!cl->closing) {
     int64_t now = dbl_mono_ms(), next = now + 1000;
@@ -285,7 +287,6 @@ static void renew_one(dblock_client *cl, struct dbl_held *h) {
 /* A renewal worker; counted in idle_workers whenever it is not renewing. */
 static void *worker_main(void *arg) {
   dblock_client *cl = arg;
-  (void)pthread_setname_np(pthread_self(), "dblock-renew");
   dbl_lock(cl);
   while (!cl->closing) {
     struct dbl_held *h = take_tell(cl);
@@ -316,6 +317,7 @@ int dbl_watchdog_start_locked(dblock_client *cl) {
   dbl_assert_held(cl);
   if (cl->watchdog_started || cl->closing) return 0;
   if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) != 0) return DBLOCK_ENOMEM;
+  dbl_name_thread(cl->watchdog, "dblock-watchdog");
   cl->watchdog_started = 1;
   return 0;
 }
