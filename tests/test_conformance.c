@@ -800,6 +800,7 @@ typedef struct lost_note {
   pthread_mutex_t mu;
   int calls;
   int64_t fence;
+  int64_t first_at; /* tu_now_ms() of the first call, 0 before it */
 } lost_note;
 
 static void on_lost(const char *name, int64_t fence, int reason, void *arg) {
@@ -807,10 +808,11 @@ static void on_lost(const char *name, int64_t fence, int reason, void *arg) {
   (void)name;
   (void)reason;
   pthread_mutex_lock(&n->mu);
-  n->calls++;
+  if (!n->calls++) n->first_at = tu_now_ms();
   n->fence = fence;
   pthread_mutex_unlock(&n->mu);
 }
+
 
 static int lost_calls(lost_note *n) {
   int c;
@@ -818,6 +820,13 @@ static int lost_calls(lost_note *n) {
   c = n->calls;
   pthread_mutex_unlock(&n->mu);
   return c;
+}
+
+/* Waits up to ms for note to count want calls; returns the count. */
+static int await_lost_calls(lost_note *n, int want, int64_t ms) {
+  int64_t end = tu_now_ms() + ms;
+  while (lost_calls(n) < want && tu_now_ms() < end) tu_sleep_ms(5);
+  return lost_calls(n);
 }
 
 /* A client on the current pair whose on_lost counts into note (reset). */
@@ -828,6 +837,7 @@ static dblock_client *cli_noted(lost_note *note, int64_t lease_ms) {
   o.on_lost_arg = note;
   pthread_mutex_lock(&note->mu);
   note->calls = 0;
+  note->first_at = 0;
   pthread_mutex_unlock(&note->mu);
   return tu_open_opts(cur.url, &o);
 }
@@ -836,7 +846,7 @@ static dblock_client *cli_noted(lost_note *note, int64_t lease_ms) {
  * fires, the handle says lost. Forcing a held for_update lock ends the
  * holder's session, which only PostgreSQL allows (refused elsewhere). */
 static void test_lost_callback_on_force_unlock(void **s) {
-  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   dblock_client *a, *b = cli(0);
   const char *name = tu_name("forced");
   dblock_lock *l;
@@ -865,7 +875,7 @@ static void test_lost_callback_on_force_unlock(void **s) {
 /* Clause 7: stolen after expiry: the holder's next call says lost and the
  * callback fires. for_update cannot expire: it is still held. */
 static void test_lost_after_expiry_takeover(void **s) {
-  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   dblock_client *a, *b = cli(0);
   const char *name = tu_name("stolen");
   dblock_lock *l, *lb;
@@ -889,29 +899,38 @@ static void test_lost_after_expiry_takeover(void **s) {
   dblock_client_free(b);
 }
 
+/* Stops the watchdog thread of the client opened last (its id is the one
+ * not in old[0..nold)) with a tracer, for max_ms at most; the freezer's
+ * pid is returned, its control pipe in *ctl. */
+static int freeze_new_watchdog(const int *old, int nold, int64_t max_ms, int *ctl) {
+  return tu_freeze_thread(tu_new_thread_named("dblock-watchdog", old, nold), max_ms, ctl);
+}
+
 /* for_update's half of the test below: the deadline is the session's
  * (pings every 500 ms with a 1.5 s lease; lost 9.5 s after the last ping
  * was sent, half a second before the server may end the idle session).
- * Past it, with the watchdog still stopped, is_lost says 1 and a
- * reentrant acquire is not granted on the old hold — a local grant, no
- * round trip, on a session the server may be ending (it used to be: hold
- * count 2, the same fence). It is a fresh acquire, which finds the old
- * session's row lock still there (busy), or takes the name anew. */
+ * Past it (10.5 s: a ping queued just before the stop may still go out),
+ * with the watchdog still stopped, a reentrant acquire is not granted on
+ * the old hold — a local grant, no round trip, on a session the server may
+ * be ending (it used to be: hold count 2, the same fence): it is a fresh
+ * acquire, which finds the old session's row lock still there (busy), or
+ * takes the name anew; and is_lost says 1. */
 static void lost_while_watchdog_stopped_fu(const char *name) {
-  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
+  int old[16], nold = tu_threads_named("dblock-watchdog", old, 16);
   dblock_client *a = cli_noted(&note, 1500);
   dblock_lock *l = tu_acquire(a, name, 0, 0), *again = NULL;
   int64_t t_frozen, t_look;
   int frz, ctl, lost, rc;
-  frz = tu_freeze_thread(tu_thread_named("dblock-watchdog"), 20000, &ctl);
-  t_frozen = tu_now_ms(); /* (no ping was sent after this) */
-  tu_sleep_ms(9700);
+  frz = freeze_new_watchdog(old, nold, 20000, &ctl);
+  t_frozen = tu_now_ms();
+  tu_sleep_ms(10500);
   t_look = tu_now_ms();
   rc = dblock_lock_acquire(&again, a, name, 0, 0);
   lost = dblock_lock_is_lost(l);
   t_look = tu_now_ms() - t_look;
   tu_thaw_thread(frz, ctl);
-  if (t_look > 3000)
+  if (t_look > 8000)
     fail_msg("acquire + is_lost took %lld ms: the watchdog was stopped holding the client's mutex?",
              (long long)t_look);
   if (lost != 1)
@@ -926,112 +945,114 @@ static void lost_while_watchdog_stopped_fu(const char *name) {
   } else if (rc != DBLOCK_EBUSY) {
     fail_msg("acquire of the lost name: rc %d (%s)", rc, tu_errmsg(a));
   }
-  for (int i = 0; i < 400 && lost_calls(&note) < 1; i++) tu_sleep_ms(5);
-  assert_int_equal(lost_calls(&note), 1);
+  assert_int_equal(await_lost_calls(&note, 1, 2000), 1);
   assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
   dblock_client_free(a);
 }
 
 /* Never blind when the watchdog thread is not run: the host leaves the
  * client's watchdog unscheduled (here: stopped by a tracer, the other
- * threads running on) across the loss deadline of an explicit 2 s lease.
- * dblock_lock_is_lost says 1 from the deadline anyway, by the clock (it
- * used to wait for the watchdog to set the flag: 0 while the thread stood
- * still, however late), a reentrant acquire is not granted on it, and
- * on_lost is called once. The thread must be stopped before the deadline
- * (else nothing is shown), and a look that waited for it (the thread
- * stopped holding the client's mutex: rare) fails with its own message.
+ * threads running on) across the loss deadline of four holds with an
+ * explicit 2 s lease. Each call that would trust a hold finds it lost by
+ * the clock, each being the first to look at its own hold: a reentrant
+ * acquire is granted anew (greater fence, one hold), is_lost says 1,
+ * release and renew say DBLOCK_ELOST (they used to read the watchdog's
+ * flag alone: 0 while the thread stood still, however late). on_lost is
+ * called once per hold. The thread must be stopped before the deadline
+ * (else nothing is shown); a look that waited for it (the thread stopped
+ * holding the client's mutex: rare) fails with its own message.
  * for_update: see lost_while_watchdog_stopped_fu. */
 static void test_lost_while_watchdog_stopped(void **s) {
-  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   dblock_client *a;
-  const char *name = tu_name("frozen-wd");
-  dblock_lock *l, *again = NULL;
+  char names[4][128];
+  dblock_lock *l[4], *again = NULL;
+  int old[16], nold;
   int64_t t0, t_ret, t_frozen, t_look;
-  int frz, ctl, lost, rc;
+  int frz, ctl, lost, rc, rc_release, rc_renew;
   (void)s;
+  for (int i = 0; i < 4; i++) snprintf(names[i], sizeof names[i], "%s", tu_name("frozen-wd"));
   if (!leased()) {
-    lost_while_watchdog_stopped_fu(name);
+    lost_while_watchdog_stopped_fu(names[0]);
     return;
   }
+  nold = tu_threads_named("dblock-watchdog", old, 16);
   a = cli_noted(&note, 0);
-  t0 = tu_now_ms(); /* (lost 1,900 ms after the acquire was sent, after this) */
-  l = tu_acquire(a, name, 0, 2000);
-  t_ret = tu_now_ms(); /* (and the lease ends 2 s after the grant, before this) */
-  frz = tu_freeze_thread(tu_thread_named("dblock-watchdog"), 10000, &ctl);
+  t0 = tu_now_ms(); /* (each lost 1,900 ms after its acquire was sent, after this) */
+  for (int i = 0; i < 4; i++) l[i] = tu_acquire(a, names[i], 0, 2000);
+  t_ret = tu_now_ms(); /* (and each lease ends 2 s after its grant, before this) */
+  frz = freeze_new_watchdog(old, nold, 10000, &ctl);
   t_frozen = tu_now_ms() - t0;
   if (tu_now_ms() < t_ret + 2100) tu_sleep_ms(t_ret + 2100 - tu_now_ms());
-  /* (the reentrant acquire first: it must find the hold lost by itself) */
   t_look = tu_now_ms();
-  rc = dblock_lock_acquire(&again, a, name, 0, 0);
-  lost = dblock_lock_is_lost(l);
+  rc = dblock_lock_acquire(&again, a, names[0], 0, 0);
+  lost = dblock_lock_is_lost(l[1]);
+  rc_release = dblock_lock_release(l[2]);
+  rc_renew = dblock_lock_renew(l[3]);
   t_look = tu_now_ms() - t_look;
   tu_thaw_thread(frz, ctl);
   if (t_frozen >= 1850)
-    fail_msg("the watchdog was stopped only %lld ms after the acquire, too near its loss "
+    fail_msg("the watchdog was stopped only %lld ms after the first acquire, too near its loss "
              "deadline (1,900 ms) to show anything", (long long)t_frozen);
-  if (t_look > 1000)
-    fail_msg("acquire + is_lost took %lld ms: the watchdog was stopped holding the client's mutex?",
+  if (t_look > 5000)
+    fail_msg("the four looks took %lld ms: the watchdog was stopped holding the client's mutex?",
              (long long)t_look);
   if (lost != 1) fail_msg("a 2 s lease 2.1 s on, its watchdog stopped: is_lost says %d", lost);
+  if (rc_release != DBLOCK_ELOST || rc_renew != DBLOCK_ELOST)
+    fail_msg("release and renew past the deadline, the watchdog stopped: %d and %d (want %d)",
+             rc_release, rc_renew, DBLOCK_ELOST);
   /* (a reentrant acquire of a lost name is a fresh acquire: granted anew
    * with a greater fence, not a hold added to the lost one) */
   if (rc != 0) fail_msg("acquire of the lost name: rc %d (%s)", rc, tu_errmsg(a));
-  assert_true(dblock_lock_fence(again) > dblock_lock_fence(l));
+  assert_true(dblock_lock_fence(again) > dblock_lock_fence(l[0]));
   assert_int_equal(dblock_lock_hold_count(again), 1);
   must_release(again);
-  for (int i = 0; i < 400 && lost_calls(&note) < 1; i++) tu_sleep_ms(5);
-  assert_int_equal(lost_calls(&note), 1);
-  assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
-  assert_int_equal(lost_calls(&note), 1);
+  assert_int_equal(await_lost_calls(&note, 4, 2000), 4);
+  assert_int_equal(dblock_lock_release(l[0]), DBLOCK_ELOST);
+  assert_int_equal(dblock_lock_release(l[1]), DBLOCK_ELOST);
+  assert_int_equal(dblock_lock_release(l[3]), DBLOCK_ELOST);
+  assert_int_equal(lost_calls(&note), 4);
   dblock_client_free(a);
 }
 
 /* Clause 7, never blind, explicit lease: a lock acquired with an explicit
  * lease (not renewed) is declared lost at lease - margin after the grant
- * was asked for, with no call on the handle: the callback fires once and
- * is_lost says 1 before the lease is over. Its release then says lost
- * without a second callback. for_update has no lease: still held. */
+ * was asked for, with no call on the handle: the callback fires once (by
+ * the watchdog's declaration: nothing looks at the handle before it), and
+ * then is_lost says 1. Its release then says lost without a second
+ * callback. for_update has no lease: still held. */
 static void test_explicit_lease_told_on_time(void **s) {
-  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   dblock_client *a;
   const char *name = tu_name("explicit");
   dblock_lock *l;
-  int64_t t0, t1, told = -1, late = -1;
+  int64_t t0, t1, told;
   (void)s;
   a = cli_noted(&note, 0);
   t0 = tu_now_ms();
   l = tu_acquire(a, name, 0, 800);
   t1 = tu_now_ms(); /* (the grant was asked for between t0 and t1) */
-  /* Each look is timed on both sides: "lost" counts from after the call
-   * (early only if the flag was up before 600 ms), "not lost" from before
-   * it (late only if the look began after the lease's end), so a stall of
-   * this loop on a loaded host is never blamed on the library. */
-  while (tu_now_ms() - t1 < 1000) {
-    int64_t before = tu_now_ms();
-    int lost = dblock_lock_is_lost(l);
-    if (lost && told < 0) told = tu_now_ms() - t0;
-    if (!lost && before - t1 > 800 && late < 0) late = before - t1;
-    tu_sleep_ms(5);
-  }
-  if (told < 0 && dblock_lock_is_lost(l)) told = tu_now_ms() - t0; /* (a stalled loop's last look) */
+  /* Nothing looks at the handle until the callback has come (is_lost
+   * would declare the loss itself): the watchdog alone must declare it
+   * and a worker call on_lost. */
+  (void)await_lost_calls(&note, 1, t1 + 1500 - tu_now_ms());
+  pthread_mutex_lock(&note.mu);
+  told = note.calls ? note.first_at - t0 : -1;
+  pthread_mutex_unlock(&note.mu);
   if (leased()) {
     /* margin = max(100, 800 / 20) = 100: lost 700 ms after the grant was
      * asked for, which is after t0 and before t1; the lease ends 100 ms
-     * later */
-    if (told < 0) fail_msg("explicit 800 ms lease: never declared lost");
-    if (late >= 0)
-      fail_msg("explicit 800 ms lease not declared lost %lld ms after the grant came back",
-               (long long)late);
-    if (told < 600) fail_msg("explicit 800 ms lease declared lost early, at %lld ms", (long long)told);
-    /* (the flag comes first; a worker runs the callback soon after) */
-    for (int i = 0; i < 400 && lost_calls(&note) < 1; i++) tu_sleep_ms(5);
-    assert_int_equal(lost_calls(&note), 1);
+     * later. The callback runs on a worker just after (a loaded host may
+     * run it late: 800 ms of room, against a watchdog that never woke for
+     * an explicit lease's deadline) */
+    if (told < 0) fail_msg("explicit 800 ms lease: on_lost not called within 1.5 s");
+    if (told < 700) fail_msg("explicit 800 ms lease declared lost early, at %lld ms", (long long)told);
+    assert_int_equal(dblock_lock_is_lost(l), 1);
     assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
     assert_int_equal(lost_calls(&note), 1);
   } else {
     assert_int_equal(told, -1);
-    assert_int_equal(lost_calls(&note), 0);
+    assert_int_equal(dblock_lock_is_lost(l), 0);
     must_release(l);
   }
   dblock_client_free(a);
@@ -1041,7 +1062,7 @@ static void test_explicit_lease_told_on_time(void **s) {
  * the name is force-unlocked and released before the watchdog looks (30 s
  * lease: first renewal after 10 s). */
 static void test_lost_release_fires_callback(void **s) {
-  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0};
+  static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
   dblock_client *a, *b = cli(0);
   const char *name = tu_name("lostrel");
   dblock_lock *l;

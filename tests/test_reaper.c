@@ -209,6 +209,9 @@ static void big_pass(const char *backend) {
    * three counts ran inside it, that check would show nothing either way. */
   assert_true(trips0 >= (uint64_t)(expired / 1000));
   assert_int_equal(w.errors, 0);
+  if (inside < 3)
+    printf("# %s: the part-done check not shown: %lld counts inside the pass\n", backend,
+           (long long)inside);
   if (inside >= 3 && distinct < 2)
     fail_msg("%lld counts ran inside the pass, %lld part-done states seen: few commits?",
              (long long)inside, (long long)distinct);

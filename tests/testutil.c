@@ -378,8 +378,7 @@ int tu_alive(int pid) {
   return waitpid(pid, &st, WNOHANG) == 0;
 }
 
-/* The number of this process's threads named comm; *tid gets one's id. */
-static int threads_named(const char *comm, int *tid) {
+int tu_threads_named(const char *comm, int *tids, int max) {
   DIR *dir = opendir("/proc/self/task");
   struct dirent *de;
   int found = 0;
@@ -393,21 +392,35 @@ static int threads_named(const char *comm, int *tid) {
     if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = 0;
     fclose(f);
     if (strcmp(name, comm) == 0) {
+      if (found < max) tids[found] = atoi(de->d_name);
       found++;
-      *tid = atoi(de->d_name);
     }
   }
   closedir(dir);
   return found;
 }
 
-int tu_thread_named(const char *comm) {
-  int tid = -1, found = 0;
-  /* (a thread is named by its creator just after it starts: looked at
-   * again for a while rather than once) */
-  for (int i = 0; i < 200 && (found = threads_named(comm, &tid)) != 1; i++) tu_sleep_ms(10);
-  if (found != 1) fail_msg("%d threads named %s in this process, want 1", found, comm);
-  return tid;
+int tu_new_thread_named(const char *comm, const int *old, int nold) {
+  int tids[64], n, fresh = 0, tid = -1;
+  /* (a thread is named by its creator just after it starts, and a thread
+   * it starts carries its name until named in turn: looked at again for a
+   * while rather than once) */
+  for (int i = 0; i < 200; i++) {
+    n = tu_threads_named(comm, tids, 64);
+    fresh = 0;
+    for (int k = 0; k < n && k < 64; k++) {
+      int seen = 0;
+      for (int j = 0; j < nold; j++) seen |= tids[k] == old[j];
+      if (!seen) {
+        fresh++;
+        tid = tids[k];
+      }
+    }
+    if (fresh == 1) return tid;
+    tu_sleep_ms(10);
+  }
+  fail_msg("%d new threads named %s in this process, want 1", fresh, comm);
+  return -1;
 }
 
 int tu_freeze_thread(int tid, int64_t max_ms, int *ctl) {

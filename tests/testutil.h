@@ -134,10 +134,14 @@ int64_t tu_holder_fence(int fd, int pid);
 /* Whether process pid (a child of this one) has not exited yet. */
 int tu_alive(int pid);
 
-/* The kernel id of this process's one thread named comm (dblock names its
- * threads: "dblock-watchdog", "dblock-renew", ...); fails the test when
- * there is not exactly one for 2 s. */
-int tu_thread_named(const char *comm);
+/* The kernel ids of this process's threads named comm (dblock names its
+ * threads: "dblock-watchdog", "dblock-renew", ...), up to max of them in
+ * tids; returns how many there are. */
+int tu_threads_named(const char *comm, int *tids, int max);
+/* The kernel id of the one thread named comm that is not in old[0..nold)
+ * (taken by tu_threads_named before the client that starts it was
+ * opened); fails the test when there is not exactly one such for 2 s. */
+int tu_new_thread_named(const char *comm, const int *old, int nold);
 /* Stops thread tid of this process (lockhelper --freeze: a tracer in a
  * process of its own) while the others run on, for max_ms at most;
  * returns once it is stopped, with the freezer's pid, and its control

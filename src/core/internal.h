@@ -307,9 +307,9 @@ void dbl_tell_locked(dblock_client *cl, struct dbl_held *h);
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h);
 
 /* Names a thread the library started (for top -H, ps -L, gdb and the
- * tests; 15 characters at most), right after pthread_create: named by its
- * creator, it never shows another thread's name to a reader that looks
- * once it runs. */
+ * tests; 15 characters at most), right after pthread_create. Until then
+ * it carries its creator's name (a renewal worker, started by the
+ * watchdog, is briefly "dblock-watchdog"): readers look more than once. */
 void dbl_name_thread(pthread_t t, const char *name);
 
 /* Declares h lost if its loss deadline has passed by now (monotonic ms)
