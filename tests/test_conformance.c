@@ -1526,7 +1526,7 @@ static dblock_lock *acquire_after_waiting(dblock_client *a, const char *name) {
   return l;
 }
 
-/* A waiter whose polls are 5 s apart gets the name within 300 ms of its
+/* A waiter whose polls are 5 s apart gets the name within 2 s of its
  * release: the release woke it (stats.wakeups counts it) — on PostgreSQL
  * and MariaDB by handing over the wake key, which the
  * holder there has because it waited for the name itself (the first
@@ -1552,7 +1552,10 @@ static void test_release_wakes_waiter(void **s) {
   w = (waiter){.c = b, .name = name, .rc = -99};
   t0 = release_to_waiter(l, &w, 500, NULL); /* (b asked, found it held, sleeps) */
   assert_int_equal(w.rc, 0);
-  granted_within(&w, t0, tu_slow_tree() ? 1000 : 300, "wake-up (polls 5 s apart)");
+  /* (the bug is a grant at the next poll, 5 s on: 2 s leaves a loaded
+   * host room — a fresh-clone run that shared the machine with two
+   * sanitizer builds saw 1,132 ms on MariaDB against a limit of 300) */
+  granted_within(&w, t0, tu_slow_tree() ? 3000 : 2000, "wake-up (polls 5 s apart)");
   assert_int_equal(dblock_client_stats(b, &st, sizeof st), 0);
   if (leased()) assert_true(st.wakeups >= 1);
   dblock_client_free(a);
