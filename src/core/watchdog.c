@@ -126,12 +126,9 @@ static void wait_until(dblock_client *cl, int64_t at_ms) {
 static void declare_losses(dblock_client *cl, int64_t now, int64_t *next) {
   dbl_assert_held(cl);
   for (struct dbl_held *h = cl->held; h; h = h->next) {
-    if (h->lost || h->lost_at_ms <= 0 || h->handles <= 0) continue;
-    if (now < h->lost_at_ms) {
-      if (h->lost_at_ms < *next) *next = h->lost_at_ms;
+    if (dbl_declare_if_due(cl, h, now) || h->lost || h->lost_at_ms <= 0 || h->handles <= 0)
       continue;
-    }
-    (void)dbl_declare_if_due(cl, h, now);
+    if (h->lost_at_ms < *next) *next = h->lost_at_ms; /* (not due yet) */
   }
 }
 
