@@ -42,6 +42,15 @@ static dblock_client *cli(int64_t lease_ms) {
 
 
 
+/* The explicit lease of the tests that wait one out. Its loss deadline
+ * comes max(100 ms, lease / 20) before its end, and at most half way
+ * (dbl_loss_margin): an acquire that answers later is cut as born lost,
+ * a release sent later is refused as lost. With the 200 ms these tests
+ * had, that left 100 ms, and a loaded CI host overran it (the acquire of
+ * test_try_after_row_deleted cut, "no answer from the server in time";
+ * reproduced under stress-ng). 600 ms leaves 500. */
+#define SHORT_LEASE_MS 600
+
 static void must_release(dblock_lock *l) {
   dblock_client *dummy = NULL;
   int rc = dblock_lock_release(l);
@@ -191,8 +200,8 @@ static void test_fence_increasing(void **s) {
     must_release(l);
   }
   if (leased()) {
-    dblock_lock *la = tu_acquire(a, name, 0, 200), *lb;
-    tu_sleep_ms(350);
+    dblock_lock *la = tu_acquire(a, name, 0, SHORT_LEASE_MS), *lb;
+    tu_sleep_ms(SHORT_LEASE_MS + 150);
     lb = tu_acquire(b, name, 0, 0);
     assert_true(dblock_lock_fence(lb) > dblock_lock_fence(la));
     must_release(lb);
@@ -239,12 +248,12 @@ static void test_no_epoch_row_fails_closed(void **s) {
 static void test_fence_after_reap(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("reap");
-  dblock_lock *l = tu_acquire(a, name, 0, 200), *l2;
+  dblock_lock *l = tu_acquire(a, name, 0, SHORT_LEASE_MS), *l2;
   int64_t deleted = 0, before = dblock_lock_fence(l);
   dblock_lock_info info;
   (void)s;
   if (leased()) {
-    tu_sleep_ms(350);
+    tu_sleep_ms(SHORT_LEASE_MS + 150);
     assert_int_equal(dblock_reap(b, 0, 100, &deleted), 0);
     assert_true(deleted >= 1);
     assert_int_equal(dblock_lock_inspect(&info, b, name), DBLOCK_ENOTHELD);
@@ -254,7 +263,7 @@ static void test_fence_after_reap(void **s) {
     assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
   } else {
     int rc;
-    tu_sleep_ms(350);
+    tu_sleep_ms(SHORT_LEASE_MS + 150);
     /* On SQLite the held for_update transaction owns the file's write
      * lock, so the reaper cannot even start: busy, and nothing freed. */
     rc = dblock_reap(b, 0, 100, &deleted);
@@ -298,10 +307,11 @@ static void test_try_after_row_deleted(void **s) {
     dblock_client_free(b);
     return;
   }
-  /* reaped once its 200 ms lease ended */
+  /* reaped once its lease ended (a lease the acquire AND the release must
+   * fit in, before its loss deadline: see SHORT_LEASE_MS) */
   snprintf(name, sizeof name, "%s", tu_name("try-reaped"));
-  must_release(tu_acquire(b, name, 0, 200));
-  tu_sleep_ms(350);
+  must_release(tu_acquire(b, name, 0, 2 * SHORT_LEASE_MS));
+  tu_sleep_ms(2 * SHORT_LEASE_MS + 150);
   assert_int_equal(dblock_reap(b, 0, 100, &deleted), 0);
   snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s WHERE name = '%s'", cur.table, name);
   tu_sql(cur.url, sql, &left);
@@ -326,13 +336,13 @@ static void test_try_after_row_deleted(void **s) {
 static void test_waiter_after_row_deleted(void **s) {
   dblock_client *a = cli(0), *b = cli(0);
   const char *name = tu_name("gone");
-  dblock_lock *l = tu_acquire(a, name, 0, 300), *lb = NULL;
+  dblock_lock *l = tu_acquire(a, name, 0, SHORT_LEASE_MS), *lb = NULL;
   int64_t deleted = 0;
   (void)s;
   assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
   assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
   if (leased()) {
-    tu_sleep_ms(400);
+    tu_sleep_ms(SHORT_LEASE_MS + 150);
     assert_int_equal(dblock_reap(b, 0, 100, &deleted), 0);
     assert_true(deleted >= 1);
   } else {
@@ -881,8 +891,8 @@ static void test_lost_after_expiry_takeover(void **s) {
   dblock_lock *l, *lb;
   (void)s;
   a = cli_noted(&note, 0);
-  l = tu_acquire(a, name, 0, 300); /* explicit lease: no watchdog */
-  tu_sleep_ms(450);
+  l = tu_acquire(a, name, 0, SHORT_LEASE_MS); /* explicit lease: no watchdog */
+  tu_sleep_ms(SHORT_LEASE_MS + 150);
   if (leased()) {
     lb = tu_acquire(b, name, 0, 0);
     assert_int_equal(dblock_lock_renew(l), DBLOCK_ELOST);
@@ -1806,8 +1816,8 @@ static void test_fair_mode(void **s) {
   n = cli_queue(1, 0);
   plain = cli(0);
   snprintf(name, sizeof name, "%s", tu_name("fair"));
-  assert_int_equal(dblock_lock_acquire(&l, a, name, 0, 300), 0); /* not renewed */
-  t_a = tu_now_ms(); /* (the lease ends 300 ms after the grant, before this) */
+  assert_int_equal(dblock_lock_acquire(&l, a, name, 0, SHORT_LEASE_MS), 0); /* not renewed */
+  t_a = tu_now_ms(); /* (the lease ends SHORT_LEASE_MS after the grant, before this) */
   assert_int_equal(dblock_lock_inspect(&ia, plain, name), 0);
   /* (b holds the name for a second once granted: a stall of this thread
    * cannot outlast it before n's try) */
@@ -1821,7 +1831,8 @@ static void test_fair_mode(void **s) {
     if (!b_in) tu_sleep_ms(50);
   }
   if (!b_in) fail_msg("b never queued for %s", name);
-  if (tu_now_ms() < t_a + 400) tu_sleep_ms(t_a + 400 - tu_now_ms()); /* a's lease is over */
+  if (tu_now_ms() < t_a + SHORT_LEASE_MS + 100) /* a's lease is over */
+    tu_sleep_ms(t_a + SHORT_LEASE_MS + 100 - tu_now_ms());
   assert_int_equal(tu_try(n, name), DBLOCK_EBUSY);
   pthread_join(th, NULL);
   assert_int_equal(w.rc, 0);

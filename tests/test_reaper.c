@@ -308,7 +308,12 @@ static void *reap_now(void *arg) {
 
 /* A holder renews just as its lease ran out while a reaper passes: either
  * the renewal wins and the row survives (held), or the reaper wins, the
- * renewal says lost and the callback fires. Never a renewed row deleted. */
+ * renewal says lost and the callback fires. Never a renewed row deleted.
+ * (5 ms past the lease the client's clock refuses the renewal — a call
+ * past the loss deadline is never sent — so here the reaper wins each
+ * round.) The loss margin is 1 ms so that the acquire has 199 ms to
+ * answer: with the default (half of so short a lease) a loaded host can
+ * overrun 100 ms, and the acquire is cut as born lost. */
 static void race_renewal(const char *backend) {
   const char *url = tu_url(backend);
   char t[48];
@@ -319,6 +324,7 @@ static void race_renewal(const char *backend) {
   reaper = fresh(url, t, DBLOCK_STRATEGY_INSERT);
   o.table = t;
   o.on_lost = tu_on_lost;
+  o.loss_margin_ms = 1;
   a = tu_open_opts(url, &o);
   for (int i = 0; i < 40; i++) {
     char name[32];
