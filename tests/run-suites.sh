@@ -10,7 +10,8 @@ passed=0
 failed=0
 failed_names=""
 out=$(mktemp)
-trap 'rm -f "$out" "$out".*' EXIT
+digest=$(mktemp) # each failed test's own lines, printed again at the very end
+trap 'rm -f "$out" "$out".* "$digest"' EXIT
 # (a run's logs start empty: report appends a suite's shards one by one)
 if [ -n "${DBLOCK_TEST_LOGS:-}" ]; then rm -f "$DBLOCK_TEST_LOGS"/*.log; fi
 
@@ -21,6 +22,33 @@ tally() { # rc file
   p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$2" | awk '{s+=$1} END {print s+0}')
   f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$2" | awk '{s+=$1} END {print s+0}')
   if [ "$1" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+}
+
+# Appends to the digest what each failed test in output file printed (its
+# last 25 lines, from its RUN line to its FAILED line), or the file's tail
+# when no test in it failed by name (a crash, a missing tally). A CI log
+# shown in part shows its end: a failure's own message must be there, not
+# only far up in a suite's output.
+digest_add() { # label file
+  awk -v label="$1" '
+    /^\[ RUN      \]/ { n = 0; run = 1 }
+    { buf[n++] = $0 }
+    /^\[       OK \]/ { run = 0 }
+    /^\[  FAILED  \] [a-z_]/ && run {
+      print "== " label ":"
+      for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i]
+      run = 0; shown = 1
+    }
+    END { exit shown ? 0 : 1 }' "$2" >>"$digest" && return
+  { echo "== $1 (no test failed by name; the output's tail):"; tail -n 30 "$2"; } >>"$digest"
+}
+
+# Whether an output file (one shard of a suite) failed: a FAILED tally, no
+# tally at all, or a sanitizer's report (a leak is found at exit, after
+# the tally).
+failed_output() { # file
+  grep -q '^\[  FAILED  \] [0-9]' "$1" || ! grep -q '^\[  PASSED  \]' "$1" ||
+    grep -q 'ERROR: [A-Za-z]*Sanitizer\|WARNING: ThreadSanitizer\|runtime error:' "$1"
 }
 
 # Counts p and f into the run's totals and prints the suite's line (with
@@ -40,6 +68,7 @@ report() { # label seconds file...
   if [ "$f" -ne 0 ]; then
     failed_names="$failed_names $label"
     for o in "$@"; do
+      if failed_output "$o"; then digest_add "$label" "$o"; fi
       grep -v '^\[ RUN      \]\|^\[       OK \]' "$o" | tail -n 60
       # (a leak report's head names the leaked roots: the tail above only
       # shows its last stacks)
@@ -146,6 +175,10 @@ fi
 if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = valgrind ]; then
   run_suite "valgrind build/test_url" valgrind -q --error-exitcode=99 --leak-check=full build/test_url
 fi
-[ -n "$failed_names" ] && echo "failed suites:$failed_names"
+if [ -n "$failed_names" ]; then
+  echo "-- what each failed test printed last:"
+  cat "$digest"
+  echo "failed suites:$failed_names"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
