@@ -100,8 +100,8 @@ typedef struct dblock_client dblock_client;
 /* Called once per lost grant, when a held lock is found lost or can no
  * longer be known held: from one of the client's renewal workers soon
  * after the lease's loss deadline (dblock_lock_is_lost says 1 from the
- * deadline itself; see dblock_lock_acquire), or from the thread whose call
- * found it gone. Every call that returns DBLOCK_ELOST for a handle has
+ * deadline itself; see dblock_lock_acquire), from the thread whose call
+ * found it gone, or from dblock_client_free for a loss not yet told. Every call that returns DBLOCK_ELOST for a handle has
  * called it first. name is the lock's name, fence its token; both valid
  * only during the call. The watchdog never runs it, so a slow callback
  * delays no other lock's renewal or loss deadline (it occupies one worker).
@@ -215,8 +215,10 @@ int dblock_client_open(dblock_client **out, const char *url,
  * nothing explicitly (held for_update locks end with their sessions; leased
  * locks expire), closes connections and frees the client. Calls still in
  * flight on other threads' behalf (renewals, a reaper pass) are cut, so it
- * returns promptly even when the server is unreachable. Locks still held
- * become invalid handles: release them first. NULL is a no-op. */
+ * returns promptly even when the server is unreachable. Losses not yet told
+ * to on_lost (declared, or past their deadline) are told before it returns,
+ * on the calling thread. Locks still held become invalid handles: release
+ * them first. NULL is a no-op. */
 void dblock_client_free(dblock_client *client);
 
 /* Copies the client's most recent error (from any thread) into *out.

@@ -735,6 +735,26 @@ err:
   return rc;
 }
 
+/* Tells on_lost, on the caller's thread, of every loss declared but not
+ * yet told once the workers have stopped — queued while every teller was
+ * busy in a slow callback, or declared by is_lost just before — and of
+ * every hold whose loss deadline has passed meanwhile: on_lost is called
+ * once per lost grant, and is_lost may already have said 1 for it.
+ * Called with no other thread of the client left. */
+static void tell_untold(dblock_client *cl) {
+  int64_t now = dbl_mono_ms();
+  dbl_lock(cl);
+  for (struct dbl_held *h = cl->held; h; h = h->next) {
+    (void)dbl_declare_if_due(cl, h, now);
+    if (h->lost_notified == LOST_QUEUED) {
+      h->lost_notified = LOST_TELLING;
+      cl->ntell--;
+      dbl_tell_locked(cl, h); /* (lets mu go during the callback) */
+    }
+  }
+  dbl_unlock(cl);
+}
+
 void dblock_client_free(dblock_client *cl) {
   dbl_pconn *pc;
   struct dbl_held *h;
@@ -757,6 +777,7 @@ void dblock_client_free(dblock_client *cl) {
   for (int i = 0; i < cl->nworkers; i++) pthread_join(cl->workers[i], NULL);
   if (cl->reaper_started) pthread_join(cl->reaper, NULL);
   if (cl->watchdog_started) pthread_join(cl->watchdog, NULL);
+  tell_untold(cl);
   while ((h = cl->held) != NULL) { /* handles not released: drop them */
     cl->held = h->next;
     if (h->pinned) pool_close(cl, h->pinned);
