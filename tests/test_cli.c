@@ -247,7 +247,9 @@ static void t_force_unlock(const char *be, const char *st) {
   const tu_backend *b = migrated(be);
   const char *name = tname("force");
   int refused = strcmp(st, "for_update") == 0 && strcmp(be, "sqlite") == 0;
-  holder h = hold(b, st, name, "1s", NULL, TRAP_SCRIPT);
+  /* (2 s: with 1 s the acquire had 500 ms to answer, the margin being
+   * half the lease) */
+  holder h = hold(b, st, name, "2s", NULL, TRAP_SCRIPT);
   cmdv c = dblock_cmd(b->url, st);
   result r;
   cv_addl(&c, "force-unlock", name, NULL);
@@ -865,13 +867,15 @@ static void t_reaper_once(const char *be) {
   cmdv c = dblock_cmd(b->url, NULL);
   result r;
   json_object *v;
-  /* An expired row: acquired with a short lease that is never renewed. */
-  cv_addl(&c, "acquire", name, "--lease", "300ms", NULL);
+  /* An expired row: acquired with a short lease that is never renewed.
+   * (1 s: the acquire must answer before the lease's loss deadline, 900 ms
+   * on; with 300 ms, 200 ms, which a loaded host can overrun.) */
+  cv_addl(&c, "acquire", name, "--lease", "1s", NULL);
   r = run(&c, 15000);
   expect_code(&r, &c, 0);
   if (strncmp(r.out, "fence=", 6) != 0 || !strstr(r.out, "\ntoken="))
     fail_msg("`%s`: unexpected output: %s", cmdline(&c), r.out);
-  tu_sleep_ms(600);
+  tu_sleep_ms(1300);
 
   c = reaper_cmd();
   cv_addl(&c, "--once", "--url", b->url, "--table", TABLE, NULL);
@@ -932,7 +936,7 @@ static void t_reaper_for_update_held(const char *be) {
     cmdv a = {{NULL}, 0};
     cv_add(&a, c.v[0]);
     cv_addl(&a, "--url", b->url, "--table", table, "acquire", tfmt("%s-exp%d", name, k),
-            "--lease", "1s", NULL);
+            "--lease", "2s", NULL); /* (20 at once: 1.9 s to answer, see t_reaper_once) */
     p[k] = start(&a);
   }
   for (int k = 0; k < EXPIRED_ROWS; k++) {
@@ -950,7 +954,7 @@ static void t_reaper_for_update_held(const char *be) {
     h.p = start(&hc);
     wait_file(h.ready, &h.p, 20000);
   }
-  tu_sleep_ms(1200); /* the 1 s leases are over */
+  tu_sleep_ms(2200); /* the 2 s leases are over */
   c = reaper_cmd();
   cv_addl(&c, "--once", "--url", b->url, "--table", table, NULL);
   r = run(&c, 30000);
@@ -1031,10 +1035,10 @@ static void t_reaper_permission(const char *be) {
                                                            : "DBLOCK_TEST_MY_RO_URL");
   cmdv c = dblock_cmd(b->url, NULL);
   result r;
-  cv_addl(&c, "acquire", tname("reap-ro"), "--lease", "300ms", NULL);
+  cv_addl(&c, "acquire", tname("reap-ro"), "--lease", "1s", NULL); /* (see t_reaper_once) */
   r = run(&c, 15000);
   expect_code(&r, &c, 0);
-  tu_sleep_ms(600);
+  tu_sleep_ms(1300);
   c = reaper_cmd();
   cv_addl(&c, "--once", "--url", ro, "--table", TABLE, NULL);
   r = run(&c, 30000);

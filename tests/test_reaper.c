@@ -313,13 +313,14 @@ static void *reap_now(void *arg) {
  * past the loss deadline is never sent — so here the reaper wins each
  * round.) The loss margin is 1 ms so that the acquire has 199 ms to
  * answer: with the default (half of so short a lease) a loaded host can
- * overrun 100 ms, and the acquire is cut as born lost. */
+ * overrun 100 ms, and the acquire is cut as born lost. A round whose
+ * acquire is cut all the same is skipped (at most 10 of 40). */
 static void race_renewal(const char *backend) {
   const char *url = tu_url(backend);
   char t[48];
   dblock_options o = DBLOCK_OPTIONS_INIT;
   dblock_client *a, *reaper;
-  int renewed = 0, reaped = 0;
+  int renewed = 0, reaped = 0, skipped = 0;
   snprintf(t, sizeof t, "reap_race_%d", (int)getpid());
   reaper = fresh(url, t, DBLOCK_STRATEGY_INSERT);
   o.table = t;
@@ -334,7 +335,12 @@ static void race_renewal(const char *backend) {
     pthread_t th;
     int rc, before = atomic_load(&tu_lost_calls), ins;
     snprintf(name, sizeof name, "race-%d", i);
-    assert_int_equal(dblock_lock_acquire(&l, a, name, 0, 200), 0);
+    rc = dblock_lock_acquire(&l, a, name, 0, 200);
+    if (rc == DBLOCK_ECONN) { /* (cut: not answered within the 199 ms) */
+      skipped++;
+      continue;
+    }
+    assert_int_equal(rc, 0);
     tu_sleep_ms(205); /* the lease has just ended */
     assert_int_equal(pthread_create(&th, NULL, reap_now, &r), 0);
     rc = dblock_lock_renew(l);
@@ -356,7 +362,9 @@ static void race_renewal(const char *backend) {
       assert_int_equal(dblock_lock_release(l), DBLOCK_ELOST);
     }
   }
-  printf("# %s: %d renewals won, %d reaps won\n", backend, renewed, reaped);
+  printf("# %s: %d renewals won, %d reaps won, %d acquires cut\n", backend, renewed, reaped,
+         skipped);
+  if (skipped > 10) fail_msg("%d of 40 acquires with a 200 ms lease were cut", skipped);
   dblock_client_free(a);
   dblock_client_free(reaper);
 }

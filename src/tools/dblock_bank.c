@@ -176,13 +176,15 @@ static int fencing(const char *url, int strategy, long long *fa, long long *fb) 
     cli_report(prog, "open", NULL, w);
     goto out;
   }
-  if ((w = dblock_lock_acquire(&la, ca, lock_name(strategy), -1, 300)) != 0) {
+  if ((w = dblock_lock_acquire(&la, ca, lock_name(strategy), -1, 1000)) != 0) {
     cli_report(prog, "fencing: acquire", ca, w);
     goto out;
   }
   *fa = dblock_lock_fence(la);
   if (acct_read(&a, &bal)) goto out;
-  /* A stalls (a GC pause, a swapped-out VM...) well past its 300 ms lease. */
+  /* A stalls (a GC pause, a swapped-out VM...) past its 1 s lease (long
+   * enough for the acquire to answer before its loss deadline, 900 ms on,
+   * on a loaded host). */
   if ((w = dblock_lock_acquire(&lb, cb, lock_name(strategy), 5000, 0)) != 0) {
     cli_report(prog, "fencing: takeover", cb, w);
     goto out;
@@ -295,7 +297,7 @@ int main(int argc, char **argv) {
            t[m].done, finals, t[m].anomalies);
     if (m > 0 && (t[m].anomalies > 0 || t[m].errors > 0)) bad_locked = 1;
   }
-  printf("\nfencing (holder A stalls past its 300 ms lease, B takes over and writes):\n");
+  printf("\nfencing (holder A stalls past its 1 s lease, B takes over and writes):\n");
   for (int m = 1; m < 4; m++) {
     long long fa = 0, fb = 0;
     int f;
