@@ -101,10 +101,13 @@ typedef struct dblock_client dblock_client;
  * longer be known held: from one of the client's renewal workers soon
  * after the lease's loss deadline (dblock_lock_is_lost says 1 from the
  * deadline itself; see dblock_lock_acquire), from the thread whose call
- * found it gone, or from dblock_client_free for a loss not yet told. Every call that returns DBLOCK_ELOST for a handle has
+ * found it gone, or from dblock_client_free (on its caller's thread, one
+ * after another: do not hold there a mutex the callback takes) for a loss
+ * not yet told. Every call that returns DBLOCK_ELOST for a handle has
  * called it first. name is the lock's name, fence its token; both valid
- * only during the call. The watchdog never runs it, so a slow callback
- * delays no other lock's renewal or loss deadline (it occupies one worker).
+ * only during the call. The watchdog runs it only when no worker thread
+ * can be started, so a slow callback delays no other lock's renewal or
+ * loss deadline (it occupies one worker).
  * From inside it (and inside the log hook), dblock functions that talk to
  * the database or wait — acquire, release, renew, inspect, list, ... and
  * dblock_client_free — return DBLOCK_EDEADLK at once (release keeps the
@@ -216,9 +219,10 @@ int dblock_client_open(dblock_client **out, const char *url,
  * locks expire), closes connections and frees the client. Calls still in
  * flight on other threads' behalf (renewals, a reaper pass) are cut, so it
  * returns promptly even when the server is unreachable. Losses not yet told
- * to on_lost (declared, or past their deadline) are told before it returns,
- * on the calling thread. Locks still held become invalid handles: release
- * them first. NULL is a no-op. */
+ * to on_lost — declared, or past their loss deadline when it was called —
+ * are told before it returns, on the calling thread, one after another (it
+ * takes as long as those callbacks). Locks still held become invalid
+ * handles: release them first. NULL is a no-op. */
 void dblock_client_free(dblock_client *client);
 
 /* Copies the client's most recent error (from any thread) into *out.
@@ -370,6 +374,10 @@ void dblock_migration_info_free(dblock_migration_info *info, size_t count);
  * (a second handle; two releases free it) unless the client is
  * non_reentrant (DBLOCK_EDEADLK at once). A reentrant acquire keeps the
  * outer hold's lease and renewal: its own lease_ms is ignored.
+ * An attempt must be answered before the loss deadline of the lease it
+ * asks for (a grant answered later would be lost at once): past it the
+ * call is cut and DBLOCK_ECONN says so. A short explicit lease on a slow
+ * path fails that way: lease - margin must exceed the round trip.
  * On success *out owns a handle to pass to dblock_lock_release.
  * Errors: DBLOCK_EBUSY, DBLOCK_ETIMEOUT, DBLOCK_EDEADLK, DBLOCK_EINVAL
  * (bad name), DBLOCK_EMISMATCH, DBLOCK_ESCHEMA, DBLOCK_ECONN, DBLOCK_EPERM,

@@ -659,6 +659,11 @@ static void test_stalled_network(void **s) {
   print_message("stall %s/%s: A told at +%lld ms, B granted at %s%lld ms\n", cur.backend,
                 dblock_strategy_name(cur.strategy), (long long)(t_told - t_stall),
                 leased() ? "+" : "(busy) ", (long long)(leased() ? t_grant - t_stall : 0));
+  /* (the last renewal confirmed was sent before the stall: the deadline
+   * came at most 1.2 s after it; 600 ms more for the watchdog and worker) */
+  if (leased() && t_told - t_stall > 1800)
+    fail_msg("A told %lld ms after the stall: its loss deadline was at most 1,200 ms on",
+             (long long)(t_told - t_stall));
   if (leased() && t_told >= t_grant)
     fail_msg("A told at +%lld ms, after B was granted at +%lld ms", (long long)(t_told - t_stall),
              (long long)(t_grant - t_stall));
@@ -677,6 +682,38 @@ static void test_stalled_network(void **s) {
   if (!lb) lb = tu_acquire(b, name, 5000, 0);
   assert_int_equal(dblock_lock_release(lb), 0);
   dblock_client_free(b);
+}
+
+/* An acquire with an explicit 1 s lease whose answer never comes (the
+ * path stalls after the client's connection is up): it is cut at the
+ * lease's loss deadline, 900 ms after it was sent — a grant answered later
+ * would be lost at once — not after the 10 s call limit, and says which
+ * bound cut it. (for_update has no lease: its acquire has the call limit.) */
+static void test_acquire_cut_at_loss_deadline(void **s) {
+  const char *name = tu_name("born-lost");
+  static proxy px; /* static: a failed test's teardown still stops it */
+  dblock_client *a;
+  dblock_lock *l = NULL;
+  int64_t t0, el;
+  int rc;
+  (void)s;
+  if (!leased()) return;
+  a = open_stalling(&px, NULL, 0, 0);
+  /* (the connection is opened and its statements prepared first) */
+  assert_int_equal(dblock_lock_release(tu_acquire(a, name, 0, 1000)), 0);
+  atomic_store(&px.mode, PX_STALL);
+  t0 = tu_now_ms();
+  rc = dblock_lock_acquire(&l, a, name, 0, 1000);
+  el = tu_now_ms() - t0;
+  print_message("born lost %s/%s: cut after %lld ms: %s\n", cur.backend,
+                dblock_strategy_name(cur.strategy), (long long)el, tu_errmsg(a));
+  if (rc != DBLOCK_ECONN) fail_msg("acquire on a stalled path returned %d, not ECONN", rc);
+  if (el < 900 || el > 3000)
+    fail_msg("acquire with a 1 s lease cut after %lld ms (its deadline: 900 ms)", (long long)el);
+  if (!strstr(tu_errmsg(a), "lease leaves before its loss deadline"))
+    fail_msg("the cut does not name the lease's deadline: %s", tu_errmsg(a));
+  dblock_client_free(a);
+  px_stop(&px);
 }
 
 /* Is pid gone (or a zombie)? */
@@ -1127,13 +1164,17 @@ static void test_ambiguous_outcome(void **s) {
     assert_int_equal(dblock_lock_release(lb), 0);
   }
   if (leased()) {
-    /* a renewal that comes too late: expired and taken over meanwhile */
+    /* a renewal that comes too late: expired and taken over meanwhile.
+     * Past the loss deadline the client's clock refuses it (and the
+     * release) without a word to the server — nothing reaches the proxy,
+     * whose replies would be dropped — so the row stays b's. */
     la = tu_acquire(a, name, 0, 1500); /* (1.4 s to answer through the proxy) */
     tu_sleep_ms(1700);
     lb = tu_acquire(b, name, 0, 0);
     atomic_store(&px.mode, PX_DROP_REPLY);
     assert_int_equal(dblock_lock_renew(la), DBLOCK_ELOST);
     assert_int_equal(dblock_lock_release(la), DBLOCK_ELOST);
+    assert_int_equal(atomic_load(&px.dropped), 0);
     assert_int_equal(dblock_lock_renew(lb), 0);
     assert_int_equal(dblock_lock_release(lb), 0);
 
@@ -1893,6 +1934,8 @@ static int teardown(void **state) {
 static int group_setup(void **state) {
   dblock_client *c = tu_open(cur.url, cur.strategy, cur.table, 0);
   (void)state;
+  /* (run-suites.sh names the pair of a failed test by this line) */
+  print_message("# pair %s/%s\n", cur.backend, dblock_strategy_name(cur.strategy));
   tu_migrate(c);
   dblock_client_free(c);
   return 0;
@@ -1906,6 +1949,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_connection_cut, teardown),
       cmocka_unit_test_teardown(test_ambiguous_outcome, teardown), cmocka_unit_test_teardown(test_least_privilege, teardown),
       cmocka_unit_test_teardown(test_stalled_network, teardown),
+      cmocka_unit_test_teardown(test_acquire_cut_at_loss_deadline, teardown),
       cmocka_unit_test_teardown(test_stalled_run, teardown),
       cmocka_unit_test_teardown(test_one_connection_stalled, teardown),
       cmocka_unit_test_teardown(test_crash_fence, teardown),

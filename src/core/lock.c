@@ -217,6 +217,21 @@ static int64_t attempt_bound(dblock_client *cl, const struct dbl_held *h, int64_
   return bound;
 }
 
+/* rc for an attempt sent at sent and given until bound: one cut at its
+ * lease's loss deadline (before the call limit) says so — the cure is a
+ * longer lease or a smaller loss_margin_ms, not the network. */
+static int say_if_cut_by_lease(dblock_client *cl, const struct dbl_held *h, int64_t sent,
+                               int64_t server_wait, int64_t bound, int rc, dbl_err *e) {
+  if (rc != DBLOCK_ECONN || h->lease_ms <= 0 || dbl_mono_ms() < bound ||
+      bound >= sent + (server_wait > 0 ? server_wait : 0) + cl->opts.call_timeout_ms)
+    return rc;
+  return dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
+                     "no answer within the %lld ms that a %lld ms lease leaves before its loss "
+                     "deadline: the call was cut, as its grant would have been lost at once (a "
+                     "longer lease or a smaller loss_margin_ms gives it more time)",
+                     (long long)(bound - sent), (long long)h->lease_ms);
+}
+
 /* Runs the strategy's acquire once on pc, op filled from h; returns its
  * result (a cut call as ECONN). *sent is when the statement went out: the
  * lease clock starts there, not when the connection was asked for, so a
@@ -227,12 +242,13 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
                             int reentrant, int attempt_no, int64_t wait_ms, uint64_t hash,
                             queue_place *qp, int64_t *sent, dbl_err *e) {
   int rc;
-  int64_t fuse_ms = qp->fuse_ms;
+  int64_t fuse_ms = qp->fuse_ms, server_wait = wait_ms > fuse_ms ? wait_ms : fuse_ms, bound;
   *sent = dbl_mono_ms();
   /* (a fused wait for the key: the lease clock starts before it, which
    * only makes the holder think its lease shorter — by at most the wait,
    * a quarter of the lease, and what its row may take) */
-  dbl_call_bound(cl, pc, attempt_bound(cl, h, *sent, wait_ms > fuse_ms ? wait_ms : fuse_ms));
+  bound = attempt_bound(cl, h, *sent, server_wait);
+  dbl_call_bound(cl, pc, bound);
   dbl_op_init(op, cl, pc, h, e);
   op->reentrant = reentrant;
   op->attempt = attempt_no;
@@ -271,6 +287,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
     op->q.turn_us = (cl->opts.fair || alive < TURN_MS ? alive : TURN_MS) * 1000;
   }
   rc = dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
+  rc = say_if_cut_by_lease(cl, h, *sent, server_wait, bound, rc, e);
   qp->ticket = op->q.ticket;
   if (fuse_ms) {
     qp->has_key = qp->key_fresh = op->pre.ran;
