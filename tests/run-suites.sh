@@ -25,30 +25,42 @@ tally() { # rc file
 }
 
 # Appends to the digest what each failed test in output file printed (its
-# last 25 lines, from its RUN line to its FAILED line), or the file's tail
-# when no test in it failed by name (a crash, a missing tally). A CI log
-# shown in part shows its end: a failure's own message must be there, not
-# only far up in a suite's output.
+# last 25 lines, from its RUN line to its FAILED line, headed by the shard
+# and the pair the suite said it ran: "# shard", "# pair" lines), the head
+# of a sanitizer's report, and the file's tail when neither was found (a
+# crash, a missing tally). A CI log shown in part shows its end: a
+# failure's own message must be there, not only far up in the output.
 digest_add() { # label file
+  found=0
   awk -v label="$1" '
+    /^# shard / { shard = " [" $3 "]" }
+    /^# pair / { pair = " " $3 }
     /^\[ RUN      \]/ { n = 0; run = 1 }
     { buf[n++] = $0 }
     /^\[       OK \]/ { run = 0 }
     /^\[  FAILED  \] [a-z_]/ && run {
-      print "== " label ":"
+      print "== " label shard pair ":"
       for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i]
       run = 0; shown = 1
     }
-    END { exit shown ? 0 : 1 }' "$2" >>"$digest" && return
+    END { exit shown ? 0 : 1 }' "$2" >>"$digest" && found=1
+  if grep -q "$SAN_REPORT" "$2"; then
+    { echo "== $1 $(sed -n 's/^# shard \(.*\)/[\1]/p' "$2"): a sanitizer's report, its head:"
+      grep '^\[ RUN      \]' "$2" | tail -n 1
+      sed -n "/$SAN_REPORT/,\$p" "$2" | head -n 40; } >>"$digest"
+    found=1
+  fi
+  [ "$found" -eq 1 ] && return
   { echo "== $1 (no test failed by name; the output's tail):"; tail -n 30 "$2"; } >>"$digest"
 }
 
 # Whether an output file (one shard of a suite) failed: a FAILED tally, no
 # tally at all, or a sanitizer's report (a leak is found at exit, after
 # the tally).
+SAN_REPORT='ERROR: [A-Za-z]*Sanitizer\|WARNING: ThreadSanitizer\|runtime error:'
 failed_output() { # file
   grep -q '^\[  FAILED  \] [0-9]' "$1" || ! grep -q '^\[  PASSED  \]' "$1" ||
-    grep -q 'ERROR: [A-Za-z]*Sanitizer\|WARNING: ThreadSanitizer\|runtime error:' "$1"
+    grep -q "$SAN_REPORT" "$1"
 }
 
 # Counts p and f into the run's totals and prints the suite's line (with
@@ -67,8 +79,21 @@ report() { # label seconds file...
   fi
   if [ "$f" -ne 0 ]; then
     failed_names="$failed_names $label"
+    digested=0
     for o in "$@"; do
-      if failed_output "$o"; then digest_add "$label" "$o"; fi
+      if failed_output "$o"; then
+        digest_add "$label" "$o"
+        digested=1
+      fi
+    done
+    # (failed by its exit status alone — valgrind's, a crash at exit: the
+    # tails of all its outputs)
+    if [ "$digested" -eq 0 ]; then
+      for o in "$@"; do
+        { echo "== $label (failed by its exit status; the output's tail):"; tail -n 30 "$o"; } >>"$digest"
+      done
+    fi
+    for o in "$@"; do
       grep -v '^\[ RUN      \]\|^\[       OK \]' "$o" | tail -n 60
       # (a leak report's head names the leaked roots: the tail above only
       # shows its last stacks)
@@ -105,7 +130,8 @@ run_sharded() { # label command...
   k=0
   pids=""
   for s in $SHARDS; do
-    DBLOCK_TEST_BACKEND=$s "$@" >"$out.$k" 2>&1 &
+    echo "# shard $s" >"$out.$k"
+    DBLOCK_TEST_BACKEND=$s "$@" >>"$out.$k" 2>&1 &
     pids="$pids $!"
     k=$((k + 1))
   done

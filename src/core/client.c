@@ -738,26 +738,36 @@ err:
 /* Tells on_lost, on the caller's thread, of every loss declared but not
  * yet told once the workers have stopped — queued while every teller was
  * busy in a slow callback, or declared by is_lost just before — and of
- * every hold whose loss deadline has passed meanwhile: on_lost is called
- * once per lost grant, and is_lost may already have said 1 for it.
- * Called with no other thread of the client left. */
-static void tell_untold(dblock_client *cl) {
-  int64_t now = dbl_mono_ms();
+ * every hold whose loss deadline had passed at `called` (when
+ * dblock_client_free was called: not one that passed only because the
+ * free stopped renewing it): on_lost is called once per lost grant, and
+ * is_lost may already have said 1 for it. Called with no other thread of
+ * the client left; the list is looked at again after each call, in which
+ * is_lost may have declared another. */
+static void tell_untold(dblock_client *cl, int64_t called) {
+  struct dbl_held *h;
   dbl_lock(cl);
-  for (struct dbl_held *h = cl->held; h; h = h->next) {
-    (void)dbl_declare_if_due(cl, h, now);
-    if (h->lost_notified == LOST_QUEUED) {
-      h->lost_notified = LOST_TELLING;
-      cl->ntell--;
-      dbl_tell_locked(cl, h); /* (lets mu go during the callback) */
+  for (h = cl->held; h; h = h->next) (void)dbl_declare_if_due(cl, h, called);
+  do {
+    for (h = cl->held; h; h = h->next) {
+      /* (one that another thread of the caller's is telling — a release
+       * racing the free, which dblock.h rules out — is waited for) */
+      while (h->lost_notified == LOST_TELLING) dbl_wait(cl, &cl->cv);
+      if (h->lost_notified == LOST_QUEUED) {
+        h->lost_notified = LOST_TELLING;
+        cl->ntell--;
+        dbl_tell_locked(cl, h); /* (lets mu go during the callback) */
+        break;
+      }
     }
-  }
+  } while (h);
   dbl_unlock(cl);
 }
 
 void dblock_client_free(dblock_client *cl) {
   dbl_pconn *pc;
   struct dbl_held *h;
+  int64_t called = dbl_mono_ms();
   if (!cl) return;
   /* From its own callback it would join the thread running it. */
   if (dbl_callback_guard(cl) != 0) return;
@@ -777,7 +787,7 @@ void dblock_client_free(dblock_client *cl) {
   for (int i = 0; i < cl->nworkers; i++) pthread_join(cl->workers[i], NULL);
   if (cl->reaper_started) pthread_join(cl->reaper, NULL);
   if (cl->watchdog_started) pthread_join(cl->watchdog, NULL);
-  tell_untold(cl);
+  tell_untold(cl, called);
   while ((h = cl->held) != NULL) { /* handles not released: drop them */
     cl->held = h->next;
     if (h->pinned) pool_close(cl, h->pinned);
