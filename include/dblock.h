@@ -105,9 +105,9 @@ typedef struct dblock_client dblock_client;
  * after another: do not hold there a mutex the callback takes) for a loss
  * not yet told. Every call that returns DBLOCK_ELOST for a handle has
  * called it first. name is the lock's name, fence its token; both valid
- * only during the call. The watchdog runs it only when no worker thread
- * can be started, so a slow callback delays no other lock's renewal or
- * loss deadline (it occupies one worker).
+ * only during the call. It runs on a worker, so a slow callback delays no
+ * other lock's renewal or loss deadline (it occupies one worker) — unless
+ * no worker thread can be started: then the watchdog runs it.
  * From inside it (and inside the log hook), dblock functions that talk to
  * the database or wait — acquire, release, renew, inspect, list, ... and
  * dblock_client_free — return DBLOCK_EDEADLK at once (release keeps the
@@ -375,8 +375,8 @@ void dblock_migration_info_free(dblock_migration_info *info, size_t count);
  * non_reentrant (DBLOCK_EDEADLK at once). A reentrant acquire keeps the
  * outer hold's lease and renewal: its own lease_ms is ignored.
  * An attempt must be answered before the loss deadline of the lease it
- * asks for (a grant answered later would be lost at once): past it the
- * call is cut and DBLOCK_ECONN says so. A short explicit lease on a slow
+ * asks for (a reentrant one: the outer hold's), as a grant answered later
+ * would be lost at once: past it the call is cut and DBLOCK_ECONN says so. A short explicit lease on a slow
  * path fails that way: lease - margin must exceed the round trip.
  * On success *out owns a handle to pass to dblock_lock_release.
  * Errors: DBLOCK_EBUSY, DBLOCK_ETIMEOUT, DBLOCK_EDEADLK, DBLOCK_EINVAL

@@ -660,8 +660,10 @@ static void test_stalled_network(void **s) {
                 dblock_strategy_name(cur.strategy), (long long)(t_told - t_stall),
                 leased() ? "+" : "(busy) ", (long long)(leased() ? t_grant - t_stall : 0));
   /* (the last renewal confirmed was sent before the stall: the deadline
-   * came at most 1.2 s after it; 600 ms more for the watchdog and worker) */
-  if (leased() && t_told - t_stall > 1800)
+   * came at most 1.2 s after it; 1.3 s more (2.3 s in the sanitizer trees)
+   * for the watchdog and worker — a tell held up by the stuck call would
+   * come at its 10 s limit) */
+  if (leased() && t_told - t_stall > (tu_slow_tree() ? 3500 : 2500))
     fail_msg("A told %lld ms after the stall: its loss deadline was at most 1,200 ms on",
              (long long)(t_told - t_stall));
   if (leased() && t_told >= t_grant)

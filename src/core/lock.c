@@ -217,14 +217,21 @@ static int64_t attempt_bound(dblock_client *cl, const struct dbl_held *h, int64_
   return bound;
 }
 
-/* rc for an attempt sent at sent and given until bound: one cut at its
- * lease's loss deadline (before the call limit) says so — the cure is a
- * longer lease or a smaller loss_margin_ms, not the network. */
-static int say_if_cut_by_lease(dblock_client *cl, const struct dbl_held *h, int64_t sent,
-                               int64_t server_wait, int64_t bound, int rc, dbl_err *e) {
+/* rc for an attempt on pc sent at sent and given until bound: one cut at
+ * its lease's loss deadline (before the call limit) says so — the cure is
+ * a longer lease or a smaller loss_margin_ms, not the network. (Any other
+ * failure keeps its own message.) */
+static int say_if_cut_by_lease(dblock_client *cl, dbl_pconn *pc, const struct dbl_held *h,
+                               int64_t sent, int64_t server_wait, int64_t bound, int rc,
+                               dbl_err *e) {
+  int cut;
   if (rc != DBLOCK_ECONN || h->lease_ms <= 0 || dbl_mono_ms() < bound ||
       bound >= sent + (server_wait > 0 ? server_wait : 0) + cl->opts.call_timeout_ms)
     return rc;
+  dbl_lock(cl);
+  cut = pc->interrupted;
+  dbl_unlock(cl);
+  if (!cut) return rc;
   return dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
                      "no answer within the %lld ms that a %lld ms lease leaves before its loss "
                      "deadline: the call was cut, as its grant would have been lost at once (a "
@@ -287,7 +294,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
     op->q.turn_us = (cl->opts.fair || alive < TURN_MS ? alive : TURN_MS) * 1000;
   }
   rc = dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
-  rc = say_if_cut_by_lease(cl, h, *sent, server_wait, bound, rc, e);
+  rc = say_if_cut_by_lease(cl, pc, h, *sent, server_wait, bound, rc, e);
   qp->ticket = op->q.ticket;
   if (fuse_ms) {
     qp->has_key = qp->key_fresh = op->pre.ran;
