@@ -486,16 +486,19 @@ int dbl_call_end(dblock_client *cl, dbl_pconn *pc) {
   return cut;
 }
 
-int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e) {
+int dbl_call_was_cut(dblock_client *cl, dbl_pconn *pc) {
   int cut;
-  /* An answer stands (where a cut after it matters — a pinned for_update
-   * session — dbl_call_end says so), and a loss stays a loss: only a failed
-   * call needs a look, off the hot path. */
-  if (rc == 0 || rc == DBLOCK_ELOST) return rc;
   dbl_lock(cl);
   cut = pc->interrupted;
   dbl_unlock(cl);
-  if (!cut) return rc;
+  return cut;
+}
+
+int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e) {
+  /* An answer stands (where a cut after it matters — a pinned for_update
+   * session — dbl_call_end says so), and a loss stays a loss: only a failed
+   * call needs a look, off the hot path. */
+  if (rc == 0 || rc == DBLOCK_ELOST || !dbl_call_was_cut(cl, pc)) return rc;
   return dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
                      "no answer from the server in time (stalled network or server?); "
                      "the call was cut and its connection closed");

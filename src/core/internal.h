@@ -208,6 +208,8 @@ void dbl_call_bound(dblock_client *cl, dbl_pconn *pc, int64_t deadline_ms);
 /* Closes the window; returns 1 if the watchdog cut the call (checked in
  * the same critical section, so a cut can never slip in unseen). */
 int dbl_call_end(dblock_client *cl, dbl_pconn *pc);
+/* Whether a call on pc was cut (its bound passed, or the client closing). */
+int dbl_call_was_cut(dblock_client *cl, dbl_pconn *pc);
 int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e);
 /* Borrows a connection whose call is bounded by deadline_ms (also its
  * connect, when one must be opened). */

@@ -224,14 +224,10 @@ static int64_t attempt_bound(dblock_client *cl, const struct dbl_held *h, int64_
 static int say_if_cut_by_lease(dblock_client *cl, dbl_pconn *pc, const struct dbl_held *h,
                                int64_t sent, int64_t server_wait, int64_t bound, int rc,
                                dbl_err *e) {
-  int cut;
   if (rc != DBLOCK_ECONN || h->lease_ms <= 0 || dbl_mono_ms() < bound ||
-      bound >= sent + (server_wait > 0 ? server_wait : 0) + cl->opts.call_timeout_ms)
+      bound >= sent + (server_wait > 0 ? server_wait : 0) + cl->opts.call_timeout_ms ||
+      !dbl_call_was_cut(cl, pc))
     return rc;
-  dbl_lock(cl);
-  cut = pc->interrupted;
-  dbl_unlock(cl);
-  if (!cut) return rc;
   return dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
                      "no answer within the %lld ms that a %lld ms lease leaves before its loss "
                      "deadline: the call was cut, as its grant would have been lost at once (a "
