@@ -222,7 +222,15 @@ int dblock_client_open(dblock_client **out, const char *url,
  * to on_lost — declared, or past their loss deadline when it was called —
  * are told before it returns, on the calling thread, one after another (it
  * takes as long as those callbacks). Locks still held become invalid
- * handles: release them first. NULL is a no-op. */
+ * handles: release them first. NULL is a no-op.
+ * fork: a child process never shares the parent's sessions. At the fork
+ * its copies of the client's sockets are replaced by /dev/null (so the
+ * parent's sessions end when the parent's own copies close), and in the
+ * child this function only forgets the client: it sends, joins, tells and
+ * closes nothing (the parent's threads are not in the child; its SQLite
+ * files are the parent's) and leaves the client's memory allocated. A child that needs
+ * locks opens a client of its own; it must not call anything else on the
+ * parent's (the client's mutex may have been held at the fork). */
 void dblock_client_free(dblock_client *client);
 
 /* Copies the client's most recent error (from any thread) into *out.

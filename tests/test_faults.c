@@ -56,6 +56,9 @@ static pid_t child;
 /* A server backend a test froze with SIGSTOP: teardown lets it go on
  * (SIGCONT) even when the test failed before it did. */
 static pid_t frozen;
+/* A grandchild (test_fork_child_outlives_killed_holder's), killed by the
+ * teardown: it is not ours to reap. */
+static pid_t orphan;
 /* A connection of the test's own holding a row lock: teardown closes it
  * (which ends its transaction) when the test failed before it did. */
 static struct dbl_conn *held_conn;
@@ -1911,6 +1914,96 @@ static void test_sqlite_clock_step(void **s) {
   dblock_client_free(a);
 }
 
+/* ------------------------------------------------------------- fork */
+
+/* Waits up to ms for child pid to exit; 1 if it did (*st its status). */
+static int exited_within(pid_t pid, int64_t ms, int *st) {
+  for (int64_t end = tu_now_ms() + ms; tu_now_ms() < end; tu_sleep_ms(20))
+    if (waitpid(pid, st, WNOHANG) == pid) return 1;
+  return 0;
+}
+
+/* A holder forks (a worker pool, a job that forks helpers) and the child
+ * frees its copy of the client, as an atexit handler or a pool's cleanup
+ * would. The child must return at once (the parent's threads are not in
+ * it: a join would wait forever) and end nothing of the parent's (no
+ * Terminate or COM_QUIT on the parent's sessions, no shutdown of their
+ * sockets): the lock stays held, and the parent releases it and locks
+ * again on its own connections. */
+static void test_fork_child_frees_client(void **s) {
+  const char *name = tu_name("forkfree");
+  dblock_client *a = open_on(cur.url, 0), *b = open_on(cur.url, 0);
+  dblock_lock *la = tu_acquire(a, name, 0, 0); /* (the watchdog runs now) */
+  int st = 0;
+  (void)s;
+  if ((child = fork()) == 0) {
+    dblock_client_free(a);
+    _exit(0);
+  }
+  if (!exited_within(child, 5000, &st))
+    fail_msg("the child's dblock_client_free did not return within 5 s");
+  child = 0;
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  tu_sleep_ms(200); /* (a goodbye sent on the parent's session ends it by now) */
+  assert_int_equal(dblock_lock_is_lost(la), 0);
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+  if (dblock_lock_release(la) != 0)
+    fail_msg("the parent's release after the child's free: %s", tu_errmsg(a));
+  la = tu_acquire(a, name, 0, 0);
+  assert_int_equal(dblock_lock_release(la), 0);
+  dblock_client_free(b);
+  dblock_client_free(a);
+}
+
+/* The hard variant of a dead for_update holder: one that forked a child
+ * (which touches nothing of dblock's) and is then SIGKILLed while the
+ * child lives on. Had the child kept its copies of the holder's sockets,
+ * the server would see no close, and the lock would stay held for as long
+ * as the child lives; the fork replaced them (driver.c), so another client
+ * gets the lock as soon as the holder is dead. */
+static void test_fork_child_outlives_killed_holder(void **s) {
+  const char *name = tu_name("forkkill");
+  dblock_client *b = open_on(cur.url, 0);
+  dblock_lock *lb = NULL;
+  int ready[2], rc, st;
+  int64_t t0;
+  (void)s;
+  assert_int_equal(pipe(ready), 0);
+  if ((child = fork()) == 0) {
+    dblock_options o = DBLOCK_OPTIONS_INIT;
+    dblock_client *h = NULL;
+    dblock_lock *l = NULL;
+    pid_t kid;
+    close(ready[0]);
+    o.strategy = cur.strategy;
+    o.table = cur.table;
+    if (dblock_client_open(&h, cur.url, &o) != 0 || dblock_lock_acquire(&l, h, name, 0, 0) != 0)
+      _exit(1);
+    if ((kid = fork()) == 0) {
+      for (;;) pause();
+    }
+    if (write(ready[1], &kid, sizeof kid) != (ssize_t)sizeof kid) _exit(1);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  rc = (int)read(ready[0], &orphan, sizeof orphan);
+  close(ready[0]);
+  if (rc != (int)sizeof orphan) fail_msg("the holder did not take the lock");
+  assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
+  kill(child, SIGKILL);
+  waitpid(child, &st, 0);
+  child = 0;
+  t0 = tu_now_ms();
+  rc = dblock_lock_acquire(&lb, b, name, 5000, 0);
+  if (rc != 0)
+    fail_msg("no grant within 5 s of the holder's SIGKILL while its child lives (%d %s): the "
+             "child keeps the holder's session",
+             rc, tu_errmsg(b));
+  print_message("granted %lld ms after the holder's SIGKILL\n", (long long)(tu_now_ms() - t0));
+  assert_int_equal(dblock_lock_release(lb), 0);
+  dblock_client_free(b);
+}
+
 /* ---------------------------------------------------------------- main */
 
 static int teardown(void **state) {
@@ -1923,6 +2016,10 @@ static int teardown(void **state) {
   if (held_conn) {
     held_drv->close(held_conn);
     held_conn = NULL;
+  }
+  if (orphan > 0) {
+    kill(orphan, SIGKILL);
+    orphan = 0;
   }
   if (child > 0) {
     kill(child, SIGKILL);
@@ -1957,6 +2054,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_crash_fence, teardown),
       cmocka_unit_test_teardown(test_crash_after_release, teardown),
       cmocka_unit_test_teardown(test_reacquire_after_failed_release, teardown),
+      cmocka_unit_test_teardown(test_fork_child_frees_client, teardown),
       /* (last: the normal tree only, see SLOW_TAIL) */
       cmocka_unit_test_teardown(test_clock_skew, teardown),
       cmocka_unit_test_teardown(test_server_idle_limit, teardown),
@@ -1969,7 +2067,12 @@ int main(void) {
   size_t nnet = sizeof network / sizeof network[0];
   if (tu_slow_tree()) nnet -= SLOW_TAIL;
   const struct CMUnitTest embedded[] = {cmocka_unit_test_teardown(test_paused_holder, teardown),
-                                        cmocka_unit_test_teardown(test_sqlite_clock_step, teardown)};
+                                        cmocka_unit_test_teardown(test_sqlite_clock_step, teardown),
+                                        cmocka_unit_test_teardown(test_fork_child_frees_client, teardown)};
+  /* for_update on a server only: a leased lock ends with its lease, and a
+   * SQLite holder's file locks die with its process. */
+  const struct CMUnitTest session_held[] = {
+      cmocka_unit_test_teardown(test_fork_child_outlives_killed_holder, teardown)};
   /* PostgreSQL only: a backend can be frozen at the right moment there,
    * and PgBouncer stands in front of it. */
   const struct CMUnitTest pg_only[] = {cmocka_unit_test_teardown(test_insert_fence_race, teardown),
@@ -2007,6 +2110,10 @@ int main(void) {
         failed += cmocka_run_group_tests_name(group, embedded, group_setup, NULL);
       else
         failed += _cmocka_run_group_tests(group, network, nnet, group_setup, NULL);
+      if (!sqlite && strategies[k] == DBLOCK_STRATEGY_FOR_UPDATE) {
+        snprintf(group, sizeof group, "faults/%s/for_update/session", b[i].name);
+        failed += cmocka_run_group_tests_name(group, session_held, group_setup, NULL);
+      }
       if (strcmp(b[i].name, "postgres") == 0 && strategies[k] == DBLOCK_STRATEGY_INSERT)
         failed += cmocka_run_group_tests_name("faults/postgres/insert/pg-only", pg_only, group_setup,
                                               NULL);

@@ -772,6 +772,14 @@ void dblock_client_free(dblock_client *cl) {
   struct dbl_held *h;
   int64_t called = dbl_mono_ms();
   if (!cl) return;
+  /* A forked child's copy: its threads are the parent's (not in this
+   * process: a join would wait forever), its mutex may have been held by
+   * one of them at the fork, its connections are the parent's sessions
+   * (their descriptors became /dev/null at the fork: driver.c) and its
+   * SQLite handles the parent's files (closing one may checkpoint and
+   * delete the parent's WAL). So it is only forgotten: nothing is sent,
+   * joined, told or closed, and its memory stays. */
+  if (cl->pid && (int64_t)getpid() != cl->pid) return; /* (0: open failed early) */
   /* From its own callback it would join the thread running it. */
   if (dbl_callback_guard(cl) != 0) return;
   dbl_lock(cl);

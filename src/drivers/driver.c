@@ -12,8 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <pthread.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 const dbl_driver *dbl_driver_for(const dbl_url *url) {
   /* A backend left out of the build (make WITH_PG=0 ...) has no driver:
@@ -159,7 +162,78 @@ int dbl_fd_readable(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }
 
-int dbl_fd_dup(int fd) { return fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1; }
+/* ---- sockets across fork ----
+ * Every connection's socket, as the client library's descriptor and our
+ * duplicate of it. A forked child inherits both: if it kept them, a
+ * for_update lock's session would outlive a parent killed with SIGKILL for
+ * as long as the child lives (the server sees no close while one copy is
+ * open), and a child that freed its copy of the client would end the
+ * parent's sessions (libpq's Terminate, COM_QUIT) or shut their sockets
+ * down (interrupt). So at every fork the child's copies are replaced by
+ * /dev/null (fork_child): the child can neither use nor end the parent's
+ * sessions, and they end with the parent. The library's descriptor is
+ * replaced only while it still is the same socket as our duplicate (same
+ * inode): the library closes its own when it finds the connection dead,
+ * and its number may by then belong to an unrelated file. */
+struct tracked {
+  int lib, dup;
+};
+static pthread_mutex_t fds_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct tracked *fds;
+static int nfds, capfds;
+static pthread_once_t fds_once = PTHREAD_ONCE_INIT;
+
+/* (async-signal-safe calls only: the child of a threaded process) */
+static void fork_child(void) {
+  int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (int i = 0; nul >= 0 && i < nfds; i++) {
+    struct stat ls, ds;
+    if (fstat(fds[i].dup, &ds) != 0) continue;
+    if (fds[i].lib >= 0 && fstat(fds[i].lib, &ls) == 0 && ls.st_dev == ds.st_dev &&
+        ls.st_ino == ds.st_ino && dup2(nul, fds[i].lib) >= 0)
+      (void)fcntl(fds[i].lib, F_SETFD, FD_CLOEXEC);
+    if (dup2(nul, fds[i].dup) >= 0) (void)fcntl(fds[i].dup, F_SETFD, FD_CLOEXEC);
+  }
+  if (nul >= 0) close(nul);
+  pthread_mutex_unlock(&fds_mu);
+}
+static void fork_prepare(void) { pthread_mutex_lock(&fds_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&fds_mu); }
+static void fds_init(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+int dbl_fd_dup(int fd) {
+  int d;
+  if (fd < 0 || (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) return -1;
+  pthread_once(&fds_once, fds_init);
+  pthread_mutex_lock(&fds_mu);
+  if (nfds == capfds) {
+    int cap = capfds ? capfds * 2 : 16;
+    struct tracked *t = realloc(fds, (size_t)cap * sizeof *t);
+    if (!t) { /* (untracked: a fork's child keeps this copy, as before) */
+      pthread_mutex_unlock(&fds_mu);
+      return d;
+    }
+    fds = t;
+    capfds = cap;
+  }
+  fds[nfds].lib = fd;
+  fds[nfds++].dup = d;
+  pthread_mutex_unlock(&fds_mu);
+  return d;
+}
+
+void dbl_fd_close(int dup) {
+  if (dup < 0) return;
+  pthread_mutex_lock(&fds_mu);
+  for (int i = 0; i < nfds; i++)
+    if (fds[i].dup == dup) {
+      fds[i] = fds[--nfds];
+      break;
+    }
+  /* (closed under the mutex: no fork sees the number listed once free) */
+  close(dup);
+  pthread_mutex_unlock(&fds_mu);
+}
 
 void dbl_fd_cut(int fd) {
   if (fd >= 0) shutdown(fd, SHUT_RDWR);

@@ -270,8 +270,12 @@ int dbl_fd_readable(int fd);
  * the library closes its own descriptor when it finds the connection dead,
  * and the number could be reused by another socket before an interrupt
  * would shut it down; the duplicate stays ours until the driver's close.
- * -1 on failure (then calls on that connection cannot be cut). */
+ * -1 on failure (then calls on that connection cannot be cut). Both
+ * descriptors are listed until dbl_fd_close: in a forked child they are
+ * /dev/null (driver.c, "sockets across fork"). */
 int dbl_fd_dup(int fd);
+/* Closes a duplicate from dbl_fd_dup and takes it off the list. -1: no-op. */
+void dbl_fd_close(int dup);
 /* Shuts the socket behind fd down (no close): a call blocked on it in poll
  * or recv wakes with end-of-file. No-op for -1. */
 void dbl_fd_cut(int fd);

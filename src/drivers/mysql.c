@@ -393,7 +393,7 @@ static void my_close(dbl_conn *c) {
   if (!c) return;
   dbl_cache_clear(&c->cache, close_stmt);
   if (c->my) mysql_close(c->my);
-  if (c->fd >= 0) close(c->fd);
+  dbl_fd_close(c->fd);
   if (c->secret) {
     memset(c->secret, 0, strlen(c->secret));
     free(c->secret);

@@ -436,7 +436,7 @@ static void pg_close(dbl_conn *c) {
   if (!c) return;
   dbl_cache_clear(&c->cache, free);
   if (c->pg) PQfinish(c->pg);
-  if (c->fd >= 0) close(c->fd);
+  dbl_fd_close(c->fd);
   if (c->secret) {
     memset(c->secret, 0, strlen(c->secret));
     free(c->secret);
