@@ -377,7 +377,9 @@ void dblock_migration_info_free(dblock_migration_info *info, size_t count);
  * unconfirmed is declared lost a margin before that limit, so a session the
  * server may end is found gone first. (A session the server ends at once —
  * killed, or the network reset — frees the name at once; the holder learns
- * at its next ping.)
+ * at its next ping.) On SQLite, which has no server to end a session and
+ * whose for_update locks nobody else can take from a live process, such a
+ * hold has no loss deadline.
  * If this thread already holds name on this client, the hold is reentrant
  * (a second handle; two releases free it) unless the client is
  * non_reentrant (DBLOCK_EDEADLK at once). A reentrant acquire keeps the

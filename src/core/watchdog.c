@@ -51,6 +51,14 @@ void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms)
     h->renew_at_ms = sent_ms + h->lease_ms / 3;
     h->deadline_ms = sent_ms + h->lease_ms;
     h->lost_at_ms = h->deadline_ms - dbl_loss_margin(cl, h->lease_ms);
+  } else if (!cl->drv->idle_guard) {
+    /* A session of an embedded database (SQLite) that no server can end:
+     * nothing but this process's death takes its lock away (nobody can
+     * kill it, and its pings check nothing), so it has no loss deadline.
+     * With one, a process stopped past it (SIGSTOP, a debugger, a
+     * suspended VM) came back told of a loss that never was, while its
+     * transaction still kept every other writer out. */
+    h->lost_at_ms = 0;
   } else {
     /* A session (for_update): the server may end it dbl_txn_idle_limit
      * after its last statement, so pings that stop being confirmed make
@@ -60,7 +68,7 @@ void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms)
     h->lost_at_ms = sent_ms + limit - dbl_loss_margin(cl, limit);
   }
   /* Due before the watchdog's planned wake-up: wake it to re-plan. */
-  if (cl->wd_wake_ms > h->lost_at_ms ||
+  if ((h->lost_at_ms > 0 && cl->wd_wake_ms > h->lost_at_ms) ||
       (h->auto_renew && h->renew_at_ms && cl->wd_wake_ms > h->renew_at_ms))
     dbl_signal(&cl->wake, 1);
 }
