@@ -225,12 +225,15 @@ int dblock_client_open(dblock_client **out, const char *url,
  * handles: release them first. NULL is a no-op.
  * fork: a child process never shares the parent's sessions. At the fork
  * its copies of the client's sockets are replaced by /dev/null (so the
- * parent's sessions end when the parent's own copies close), and in the
- * child this function only forgets the client: it sends, joins, tells and
- * closes nothing (the parent's threads are not in the child; its SQLite
- * files are the parent's) and leaves the client's memory allocated. A child that needs
- * locks opens a client of its own; it must not call anything else on the
- * parent's (the client's mutex may have been held at the fork). */
+ * parent's sessions end when the parent's own copies close), and the
+ * child never uses or closes a connection it inherited (it opens its own).
+ * A client whose threads run in the parent (it has taken a lock there)
+ * stays the parent's: in the child, acquire, release and renew on it
+ * return DBLOCK_EINVAL, and this function only forgets it — it sends,
+ * joins, tells and closes nothing, and leaves its memory allocated. A
+ * client that had no thread at the fork (opened, then the process
+ * detached) is the child's to use and free. Fork while no other thread is
+ * inside a call on the client (its mutex may be held at the fork). */
 void dblock_client_free(dblock_client *client);
 
 /* Copies the client's most recent error (from any thread) into *out.

@@ -1924,12 +1924,15 @@ static int exited_within(pid_t pid, int64_t ms, int *st) {
 }
 
 /* A holder forks (a worker pool, a job that forks helpers) and the child
- * frees its copy of the client, as an atexit handler or a pool's cleanup
- * would. The child must return at once (the parent's threads are not in
- * it: a join would wait forever) and end nothing of the parent's (no
- * Terminate or COM_QUIT on the parent's sessions, no shutdown of their
- * sockets): the lock stays held, and the parent releases it and locks
- * again on its own connections. */
+ * uses, then frees, its copy of the client, as an atexit handler or a
+ * pool's cleanup would. The child's acquire and its release of the
+ * parent's handle are refused (DBLOCK_EINVAL: no watchdog of the client's
+ * runs in the child, and the hold is the parent's); its free returns at
+ * once (a join of the parent's threads would wait forever) and ends
+ * nothing of the parent's (no Terminate or COM_QUIT on the parent's
+ * sessions, no shutdown of their sockets): the lock stays held, and the
+ * parent releases it and locks again on its own connections. Child exit
+ * status: 2 acquire not refused, 3 release not refused. */
 static void test_fork_child_frees_client(void **s) {
   const char *name = tu_name("forkfree");
   dblock_client *a = open_on(cur.url, 0), *b = open_on(cur.url, 0);
@@ -1937,13 +1940,20 @@ static void test_fork_child_frees_client(void **s) {
   int st = 0;
   (void)s;
   if ((child = fork()) == 0) {
+    dblock_lock *l = NULL;
+    if (dblock_lock_acquire(&l, a, tu_name("forkfree-child"), 0, 0) != DBLOCK_EINVAL) _exit(2);
+    if (dblock_lock_release(la) != DBLOCK_EINVAL) _exit(3);
     dblock_client_free(a);
     _exit(0);
   }
   if (!exited_within(child, 5000, &st))
-    fail_msg("the child's dblock_client_free did not return within 5 s");
+    fail_msg("the child's calls and dblock_client_free did not return within 5 s");
   child = 0;
-  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("child: %s", !WIFEXITED(st)             ? "killed"
+                          : WEXITSTATUS(st) == 2 ? "its acquire on the parent's client was not refused"
+                          : WEXITSTATUS(st) == 3 ? "its release of the parent's hold was not refused"
+                                                 : "exit status not 0");
   tu_sleep_ms(200); /* (a goodbye sent on the parent's session ends it by now) */
   assert_int_equal(dblock_lock_is_lost(la), 0);
   assert_int_equal(tu_try(b, name), DBLOCK_EBUSY);
@@ -1952,6 +1962,37 @@ static void test_fork_child_frees_client(void **s) {
   la = tu_acquire(a, name, 0, 0);
   assert_int_equal(dblock_lock_release(la), 0);
   dblock_client_free(b);
+  dblock_client_free(a);
+}
+
+/* A client opened, then the process forks before the client has a
+ * thread (a daemon that checks its URL in the foreground, then detaches):
+ * the child adopts its copy — acquires, releases and frees it, on
+ * connections of its own (the inherited ones are the parent's sessions,
+ * /dev/null in the child, and are left alone) — and the parent's client
+ * still works on its own connection afterwards. */
+static void test_fork_child_adopts_unused_client(void **s) {
+  const char *name = tu_name("forkadopt");
+  dblock_client *a = open_on(cur.url, 0);
+  dblock_lock *la;
+  int st = 0;
+  (void)s;
+  if ((child = fork()) == 0) {
+    dblock_lock *l = NULL;
+    if (dblock_lock_acquire(&l, a, name, 2000, 0) != 0) _exit(2);
+    if (dblock_lock_release(l) != 0) _exit(3);
+    dblock_client_free(a);
+    _exit(0);
+  }
+  if (!exited_within(child, 10000, &st)) fail_msg("the child did not finish within 10 s");
+  child = 0;
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    fail_msg("child: %s", !WIFEXITED(st)             ? "killed"
+                          : WEXITSTATUS(st) == 2 ? "acquire failed"
+                          : WEXITSTATUS(st) == 3 ? "release failed"
+                                                 : "exit status not 0");
+  la = tu_acquire(a, name, 2000, 0);
+  assert_int_equal(dblock_lock_release(la), 0);
   dblock_client_free(a);
 }
 
@@ -2055,6 +2096,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_crash_after_release, teardown),
       cmocka_unit_test_teardown(test_reacquire_after_failed_release, teardown),
       cmocka_unit_test_teardown(test_fork_child_frees_client, teardown),
+      cmocka_unit_test_teardown(test_fork_child_adopts_unused_client, teardown),
       /* (last: the normal tree only, see SLOW_TAIL) */
       cmocka_unit_test_teardown(test_clock_skew, teardown),
       cmocka_unit_test_teardown(test_server_idle_limit, teardown),
@@ -2068,7 +2110,9 @@ int main(void) {
   if (tu_slow_tree()) nnet -= SLOW_TAIL;
   const struct CMUnitTest embedded[] = {cmocka_unit_test_teardown(test_paused_holder, teardown),
                                         cmocka_unit_test_teardown(test_sqlite_clock_step, teardown),
-                                        cmocka_unit_test_teardown(test_fork_child_frees_client, teardown)};
+                                        cmocka_unit_test_teardown(test_fork_child_frees_client, teardown),
+                                        cmocka_unit_test_teardown(test_fork_child_adopts_unused_client,
+                                                                  teardown)};
   /* for_update on a server only: a leased lock ends with its lease, and a
    * SQLite holder's file locks die with its process. */
   const struct CMUnitTest session_held[] = {

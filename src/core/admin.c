@@ -339,6 +339,7 @@ int dbl_reaper_start(dblock_client *cl) {
   if (pthread_create(&cl->reaper, NULL, reaper_main, cl) != 0)
     return dbl_failf(cl, DBLOCK_ENOMEM, "cannot start the reaper thread");
   dbl_name_thread(cl->reaper, "dblock-reaper");
+  dbl_threads_here(cl);
   cl->reaper_started = 1;
   return 0;
 }

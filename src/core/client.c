@@ -284,6 +284,7 @@ static int pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
     int64_t left = deadline_ms - dbl_mono_ms();
     if (left < tmo) tmo = left < 1 ? 1 : left;
   }
+  pc->pid = (int64_t)getpid();
   rc = cl->drv->connect(&pc->c, &cl->url, tmo, e);
   if (rc) {
     free(pc);
@@ -362,7 +363,11 @@ static void pool_close_one(dblock_client *cl, dbl_pconn *pc) {
       break;
     }
   dbl_unlock(cl);
-  cl->drv->close(pc->c);
+  /* A connection a forked child inherited is the parent's session: its
+   * sockets are /dev/null here (driver.c) and a SQLite handle is the
+   * parent's file, which a close could checkpoint under it. The child
+   * forgets it (its few bytes stay). */
+  if (pc->pid == (int64_t)getpid()) cl->drv->close(pc->c);
   free(pc);
 }
 
@@ -390,6 +395,10 @@ static int pool_take_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t dea
   }
   dbl_unlock(cl);
   if (closing) return dbl_err_set(e, DBLOCK_ECONN, "", 0, "the client is being closed");
+  if (pc && pc->pid != (int64_t)getpid()) {
+    pool_close_one(cl, pc); /* (the parent's session: forgotten, see there) */
+    pc = NULL;
+  }
   if (pc && cl->drv->idle_alive && !cl->drv->idle_alive(pc->c)) {
     pool_close(cl, pc); /* closed by the server: so are its idle siblings */
     pc = NULL;
@@ -586,6 +595,21 @@ int dbl_read_only(dblock_client *cl) {
 
 _Thread_local const dblock_client *dbl_tls_callback;
 
+int dbl_fork_guard(dblock_client *cl) {
+  long long t = atomic_load(&cl->threads_pid);
+  if (t == 0 || t == (long long)getpid()) return 0;
+  return dbl_failf(cl, DBLOCK_EINVAL,
+                   "this client runs its threads in process %lld, not in this one (a forked "
+                   "child): open a client of its own here (dblock_client_free only forgets "
+                   "this copy)",
+                   t);
+}
+
+void dbl_threads_here(dblock_client *cl) {
+  long long none = 0;
+  (void)atomic_compare_exchange_strong(&cl->threads_pid, &none, (long long)getpid());
+}
+
 int dbl_callback_guard(dblock_client *cl) {
   if (!cl || dbl_tls_callback != cl) return 0;
   return dbl_failf(cl, DBLOCK_EDEADLK,
@@ -772,14 +796,17 @@ void dblock_client_free(dblock_client *cl) {
   struct dbl_held *h;
   int64_t called = dbl_mono_ms();
   if (!cl) return;
-  /* A forked child's copy: its threads are the parent's (not in this
-   * process: a join would wait forever), its mutex may have been held by
-   * one of them at the fork, its connections are the parent's sessions
-   * (their descriptors became /dev/null at the fork: driver.c) and its
-   * SQLite handles the parent's files (closing one may checkpoint and
-   * delete the parent's WAL). So it is only forgotten: nothing is sent,
-   * joined, told or closed, and its memory stays. */
-  if (cl->pid && (int64_t)getpid() != cl->pid) return; /* (0: open failed early) */
+  /* A forked child's copy of a client whose threads run in the parent:
+   * they are not in this process (a join would wait forever), the mutex
+   * may have been held by one of them at the fork, and the holds are the
+   * parent's. It is only forgotten: nothing is sent, joined, told or
+   * closed, and its memory stays. (A copy that had no thread at the fork
+   * is the child's own: freed, its inherited connections forgotten in
+   * pool_close_one.) */
+  {
+    long long t = atomic_load(&cl->threads_pid);
+    if (t != 0 && t != (long long)getpid()) return;
+  }
   /* From its own callback it would join the thread running it. */
   if (dbl_callback_guard(cl) != 0) return;
   dbl_lock(cl);

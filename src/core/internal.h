@@ -29,6 +29,7 @@ typedef struct dbl_pconn {
   int64_t call_deadline_ms;
   int interrupted;
   atomic_int cancel_cut; /* dblock_client_cancel shut it down (cancel.c) */
+  int64_t pid;           /* the process that opened it: the only one to use it */
   struct dbl_pconn *next;
 } dbl_pconn;
 
@@ -83,6 +84,10 @@ struct dblock_client {
   char table[48], schema[64];
   char host[256];
   int64_t pid;
+  /* The process that started the client's first thread (0: none yet).
+   * Only that process may take, release or renew locks with the client:
+   * in a forked child the threads are not there (dbl_fork_guard). */
+  atomic_llong threads_pid;
   char token[33];
   char channel[40];      /* the wait queue's notification channel for this
                             client: "dblock_" and 24 digits of the token */
@@ -167,6 +172,13 @@ struct dblock_client {
  * it with DBLOCK_EDEADLK (dbl_callback_guard: 0, or the refusal). */
 extern _Thread_local const dblock_client *dbl_tls_callback;
 int dbl_callback_guard(dblock_client *cl);
+/* Refuses (DBLOCK_EINVAL) a lock call from a process other than the one
+ * whose threads the client runs — a forked child's copy: there no watchdog
+ * would watch what it took, and the parent's handles are the parent's.
+ * A child of a client that had started no thread adopts it. */
+int dbl_fork_guard(dblock_client *cl);
+/* Records that this process started one of the client's threads. */
+void dbl_threads_here(dblock_client *cl);
 
 /* The refusal of a write by a read_only client (DBLOCK_EPERM). */
 int dbl_read_only(dblock_client *cl);

@@ -462,6 +462,7 @@ typedef struct acq {
 static int acquire_check(dblock_client *cl, const char *name, int64_t lease_ms) {
   int rc;
   if ((rc = dbl_callback_guard(cl)) != 0) return rc;
+  if ((rc = dbl_fork_guard(cl)) != 0) return rc;
   if (cl->opts.read_only) return dbl_read_only(cl);
   if (dbl_cancelled(cl)) {
     DBL_COUNT(cl, cancelled);
@@ -1143,6 +1144,7 @@ int dblock_lock_release(dblock_lock *l) {
   cl = l->client;
   h = l->held;
   if ((rc = dbl_callback_guard(cl)) != 0) return rc; /* (handle kept) */
+  if ((rc = dbl_fork_guard(cl)) != 0) return rc;
   memset(&e, 0, sizeof e);
   /* Phase 1: claim the entry (no renewal runs meanwhile) and read it. */
   dbl_lock(cl);
@@ -1227,6 +1229,7 @@ int dblock_lock_renew(dblock_lock *l) {
   cl = l->client;
   h = l->held;
   if ((rc = dbl_callback_guard(cl)) != 0) return rc;
+  if ((rc = dbl_fork_guard(cl)) != 0) return rc;
   memset(&e, 0, sizeof e);
   dbl_lock(cl);
   claim(cl, h);

@@ -170,7 +170,10 @@ int dbl_queue_ready(dblock_client *cl, int64_t wait_ms) {
     pthread_condattr_destroy(&ca);
     cl->lsn = L;
     L->started = pthread_create(&L->thread, NULL, listener_main, cl) == 0;
-    if (L->started) dbl_name_thread(L->thread, "dblock-listen");
+    if (L->started) {
+      dbl_name_thread(L->thread, "dblock-listen");
+      dbl_threads_here(cl);
+    }
     L->stop = !L->started; /* no thread: this client polls */
     no_thread = !L->started;
   }

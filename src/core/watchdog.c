@@ -202,6 +202,7 @@ static void dispatch(dblock_client *cl) {
   while (cl->nqueued + cl->ntell > cl->idle_workers && cl->nworkers < DBL_MAX_WORKERS &&
          pthread_create(&cl->workers[cl->nworkers], NULL, worker_main, cl) == 0) {
     dbl_name_thread(cl->workers[cl->nworkers], "dblock-renew");
+    dbl_threads_here(cl);
     cl->nworkers++;
     cl->idle_workers++; /* counted free from its start, so no second spawn */
   }
@@ -323,6 +324,7 @@ int dbl_watchdog_start_locked(dblock_client *cl) {
   if (cl->watchdog_started || cl->closing) return 0;
   if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) != 0) return DBLOCK_ENOMEM;
   dbl_name_thread(cl->watchdog, "dblock-watchdog");
+  dbl_threads_here(cl);
   cl->watchdog_started = 1;
   return 0;
 }
