@@ -223,17 +223,19 @@ int dblock_client_open(dblock_client **out, const char *url,
  * are told before it returns, on the calling thread, one after another (it
  * takes as long as those callbacks). Locks still held become invalid
  * handles: release them first. NULL is a no-op.
- * fork: a child process never shares the parent's sessions. At the fork
- * its copies of the client's sockets are replaced by /dev/null (so the
- * parent's sessions end when the parent's own copies close), and the
- * child never uses or closes a connection it inherited (it opens its own).
- * A client whose threads run in the parent (it has taken a lock there)
- * stays the parent's: in the child, acquire, release and renew on it
- * return DBLOCK_EINVAL, and this function only forgets it — it sends,
- * joins, tells and closes nothing, and leaves its memory allocated. A
- * client that had no thread at the fork (opened, then the process
- * detached) is the child's to use and free. Fork while no other thread is
- * inside a call on the client (its mutex may be held at the fork). */
+ * fork (with fork(2); not posix_spawn, vfork or _Fork, which run no fork
+ * handlers): the child's copies of the client's sockets are replaced by
+ * /dev/null (so the parent's sessions end when the parent's own copies
+ * close), and the child never uses or closes a connection it inherited.
+ * A client whose threads run in the parent (it has taken a lock there),
+ * and any SQLite client, stays the parent's: in the child, calls that
+ * talk to the database on it return DBLOCK_EINVAL, and this function only
+ * forgets it — it sends, joins, tells and closes nothing, and leaves its
+ * memory allocated. A server client that had no thread at the fork
+ * (opened, then the process detached) becomes the child's, with an owner
+ * token and pid of its own, to use and free. A child that needs locks on
+ * a SQLite file execs first (SQLite's own lock state is per process and
+ * is copied by fork). */
 void dblock_client_free(dblock_client *client);
 
 /* Copies the client's most recent error (from any thread) into *out.

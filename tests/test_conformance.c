@@ -947,8 +947,8 @@ static int freeze_new_watchdog(const int *old, int nold, int64_t max_ms, int *ct
 /* SQLite's for_update half of the test below: no server can end the
  * session, so a hold has no loss deadline. 10.5 s without a ping (past the
  * deadline a server's session gets) it is not lost: is_lost says 0, a
- * reentrant acquire adds a hold (the same fence), both releases succeed,
- * and on_lost is never called. (It used to be declared lost then: a loss
+ * reentrant acquire adds a hold (the same fence), another client is still
+ * kept out (busy), both releases succeed, and on_lost is never called. (It used to be declared lost then: a loss
  * told for a transaction that still kept every other writer out.) */
 static void not_lost_while_watchdog_stopped_embedded(const char *name) {
   static lost_note note = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0};
@@ -960,6 +960,15 @@ static void not_lost_while_watchdog_stopped_embedded(const char *name) {
   tu_sleep_ms(10500);
   rc = dblock_lock_acquire(&again, a, name, 0, 0);
   lost = dblock_lock_is_lost(l);
+  {
+    dblock_client *b = cli(0);
+    int busy = tu_try(b, name);
+    dblock_client_free(b);
+    if (busy != DBLOCK_EBUSY) {
+      tu_thaw_thread(frz, ctl);
+      fail_msg("another client's try while the hold is kept: %d, not busy", busy);
+    }
+  }
   tu_thaw_thread(frz, ctl);
   if (lost != 0) fail_msg("a SQLite for_update hold 10.5 s without pings: is_lost says %d", lost);
   if (rc != 0) fail_msg("reentrant acquire: rc %d (%s)", rc, tu_errmsg(a));

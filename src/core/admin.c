@@ -336,10 +336,10 @@ static void *reaper_main(void *arg) {
 }
 
 int dbl_reaper_start(dblock_client *cl) {
+  dbl_threads_here(cl); /* (before the thread: a fork in between must not adopt) */
   if (pthread_create(&cl->reaper, NULL, reaper_main, cl) != 0)
     return dbl_failf(cl, DBLOCK_ENOMEM, "cannot start the reaper thread");
   dbl_name_thread(cl->reaper, "dblock-reaper");
-  dbl_threads_here(cl);
   cl->reaper_started = 1;
   return 0;
 }

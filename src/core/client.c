@@ -380,7 +380,13 @@ static int pool_take_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t dea
   int *count = txn ? &cl->ntxn_idle : &cl->nidle;
   int rc, closing;
   /* Every call that talks to the database passes here: from the client's
-   * own callback it could wait on the watchdog or a worker running it. */
+   * own callback it could wait on the watchdog or a worker running it;
+   * in a forked child that may not use the client, no watchdog bounds it. */
+  if (dbl_foreign(cl))
+    return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
+                       "this client belongs to process %lld, not to this one (a forked child): "
+                       "open a client of its own here",
+                       (long long)cl->pid);
   if (dbl_tls_callback == cl)
     return dbl_err_set(e, DBLOCK_EDEADLK, "", 0,
                        "called from this client's own on_lost or log callback, where it could "
@@ -595,14 +601,35 @@ int dbl_read_only(dblock_client *cl) {
 
 _Thread_local const dblock_client *dbl_tls_callback;
 
+static void make_token(char out[33]);
+
+int dbl_foreign(const dblock_client *cl) {
+  long long me = (long long)getpid(), t = atomic_load(&cl->threads_pid);
+  if (t != 0 && t != me) return 1;
+  /* (an embedded backend has no probe: driver.h) */
+  return cl->drv && !cl->drv->probe && cl->pid != 0 && cl->pid != (int64_t)me;
+}
+
 int dbl_fork_guard(dblock_client *cl) {
-  long long t = atomic_load(&cl->threads_pid);
-  if (t == 0 || t == (long long)getpid()) return 0;
-  return dbl_failf(cl, DBLOCK_EINVAL,
-                   "this client runs its threads in process %lld, not in this one (a forked "
-                   "child): open a client of its own here (dblock_client_free only forgets "
-                   "this copy)",
-                   t);
+  if (dbl_foreign(cl))
+    return dbl_failf(cl, DBLOCK_EINVAL,
+                     "this client belongs to process %lld, not to this one (a forked child: "
+                     "its threads or its SQLite files are that process's): open a client of "
+                     "its own here (dblock_client_free only forgets this copy)",
+                     (long long)cl->pid);
+  if (cl->pid != (int64_t)getpid()) {
+    /* Adopted (no thread at the fork): an owner of its own, so that no
+     * row of the parent's ever reads as this process's (token + thread
+     * id), and owner_pid says who holds. */
+    dbl_lock(cl);
+    if (cl->pid != (int64_t)getpid()) {
+      cl->pid = (int64_t)getpid();
+      make_token(cl->token);
+      snprintf(cl->channel, sizeof cl->channel, "dblock_%.24s", cl->token);
+    }
+    dbl_unlock(cl);
+  }
+  return 0;
 }
 
 void dbl_threads_here(dblock_client *cl) {
@@ -796,17 +823,15 @@ void dblock_client_free(dblock_client *cl) {
   struct dbl_held *h;
   int64_t called = dbl_mono_ms();
   if (!cl) return;
-  /* A forked child's copy of a client whose threads run in the parent:
-   * they are not in this process (a join would wait forever), the mutex
-   * may have been held by one of them at the fork, and the holds are the
-   * parent's. It is only forgotten: nothing is sent, joined, told or
-   * closed, and its memory stays. (A copy that had no thread at the fork
-   * is the child's own: freed, its inherited connections forgotten in
-   * pool_close_one.) */
-  {
-    long long t = atomic_load(&cl->threads_pid);
-    if (t != 0 && t != (long long)getpid()) return;
-  }
+  /* A forked child's copy of a client whose threads run in the parent
+   * (they are not in this process: a join would wait forever; the mutex
+   * may have been held by one of them at the fork; the holds are the
+   * parent's), or of a SQLite client (its handles are the parent's files,
+   * which a close could checkpoint under it). It is only forgotten:
+   * nothing is sent, joined, told or closed, and its memory stays. (A
+   * server client that had no thread at the fork is the child's own:
+   * freed, its inherited connections forgotten in pool_close_one.) */
+  if (dbl_foreign(cl)) return;
   /* From its own callback it would join the thread running it. */
   if (dbl_callback_guard(cl) != 0) return;
   dbl_lock(cl);

@@ -59,7 +59,9 @@ int dbl_fail(dblock_client *cl, const dbl_err *e) {
   snprintf(info.message, sizeof info.message, "%s",
            e->msg[0] ? e->msg : dblock_strerror(e->code));
   tls_last = info;
-  if (cl) {
+  /* (a forked child's copy: its mutex may have been held at the fork, so
+   * the error is this thread's only) */
+  if (cl && !dbl_foreign(cl)) {
     dbl_lock(cl);
     cl->last = info;
     dbl_unlock(cl);

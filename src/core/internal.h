@@ -172,10 +172,16 @@ struct dblock_client {
  * it with DBLOCK_EDEADLK (dbl_callback_guard: 0, or the refusal). */
 extern _Thread_local const dblock_client *dbl_tls_callback;
 int dbl_callback_guard(dblock_client *cl);
-/* Refuses (DBLOCK_EINVAL) a lock call from a process other than the one
- * whose threads the client runs — a forked child's copy: there no watchdog
- * would watch what it took, and the parent's handles are the parent's.
- * A child of a client that had started no thread adopts it. */
+/* 1 in a process that must not use cl: a forked child of a client whose
+ * threads run in another process (no watchdog would watch what it took,
+ * and the holds are the parent's), or of an embedded (SQLite) client —
+ * SQLite's lock bookkeeping is per process and was copied at the fork, so
+ * a connection the child opened could believe it holds a file lock it
+ * does not. Reads no mutex: the one copied at the fork may be held. */
+int dbl_foreign(const dblock_client *cl);
+/* Refuses (DBLOCK_EINVAL) a lock call where dbl_foreign; a forked child
+ * of a server client that had started no thread adopts it (its own pid,
+ * owner token and channel). */
 int dbl_fork_guard(dblock_client *cl);
 /* Records that this process started one of the client's threads. */
 void dbl_threads_here(dblock_client *cl);

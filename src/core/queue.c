@@ -169,11 +169,9 @@ int dbl_queue_ready(dblock_client *cl, int64_t wait_ms) {
     pthread_cond_init(&L->woke, &ca);
     pthread_condattr_destroy(&ca);
     cl->lsn = L;
+    dbl_threads_here(cl); /* (before the thread: a fork in between must not adopt) */
     L->started = pthread_create(&L->thread, NULL, listener_main, cl) == 0;
-    if (L->started) {
-      dbl_name_thread(L->thread, "dblock-listen");
-      dbl_threads_here(cl);
-    }
+    if (L->started) dbl_name_thread(L->thread, "dblock-listen");
     L->stop = !L->started; /* no thread: this client polls */
     no_thread = !L->started;
   }

@@ -199,10 +199,10 @@ static struct dbl_held *take_tell(dblock_client *cl);
 static void dispatch(dblock_client *cl) {
   dbl_assert_held(cl);
   if (!cl->nqueued && !cl->ntell) return;
+  if (cl->nqueued + cl->ntell > cl->idle_workers) dbl_threads_here(cl); /* (before: a fork) */
   while (cl->nqueued + cl->ntell > cl->idle_workers && cl->nworkers < DBL_MAX_WORKERS &&
          pthread_create(&cl->workers[cl->nworkers], NULL, worker_main, cl) == 0) {
     dbl_name_thread(cl->workers[cl->nworkers], "dblock-renew");
-    dbl_threads_here(cl);
     cl->nworkers++;
     cl->idle_workers++; /* counted free from its start, so no second spawn */
   }
@@ -322,9 +322,9 @@ static void *worker_main(void *arg) {
 int dbl_watchdog_start_locked(dblock_client *cl) {
   dbl_assert_held(cl);
   if (cl->watchdog_started || cl->closing) return 0;
+  dbl_threads_here(cl); /* (before the thread: a fork in between must not adopt) */
   if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) != 0) return DBLOCK_ENOMEM;
   dbl_name_thread(cl->watchdog, "dblock-watchdog");
-  dbl_threads_here(cl);
   cl->watchdog_started = 1;
   return 0;
 }

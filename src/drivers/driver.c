@@ -182,10 +182,11 @@ static pthread_mutex_t fds_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct tracked *fds;
 static int nfds, capfds;
 static pthread_once_t fds_once = PTHREAD_ONCE_INIT;
+static int fds_nul = -1; /* /dev/null, opened once (a child may have no room or no /dev) */
 
 /* (async-signal-safe calls only: the child of a threaded process) */
 static void fork_child(void) {
-  int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+  int nul = fds_nul;
   for (int i = 0; nul >= 0 && i < nfds; i++) {
     struct stat ls, ds;
     if (fstat(fds[i].dup, &ds) != 0) continue;
@@ -194,27 +195,43 @@ static void fork_child(void) {
       (void)fcntl(fds[i].lib, F_SETFD, FD_CLOEXEC);
     if (dup2(nul, fds[i].dup) >= 0) (void)fcntl(fds[i].dup, F_SETFD, FD_CLOEXEC);
   }
-  if (nul >= 0) close(nul);
+  /* The child's copies are /dev/null for good (it never closes a
+   * connection it inherited: client.c), and their numbers are its own to
+   * reuse: none may be replaced again at a later fork. */
+  nfds = 0;
   pthread_mutex_unlock(&fds_mu);
 }
 static void fork_prepare(void) { pthread_mutex_lock(&fds_mu); }
 static void fork_parent(void) { pthread_mutex_unlock(&fds_mu); }
-static void fds_init(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+static void fds_init(void) {
+  fds_nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
 
 int dbl_fd_dup(int fd) {
   int d;
   if (fd < 0 || (d = fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) return -1;
   pthread_once(&fds_once, fds_init);
   pthread_mutex_lock(&fds_mu);
-  if (nfds == capfds) {
+  while (nfds == capfds) {
+    /* Grown with the mutex let go: an allocator's own fork handler may
+     * hold its locks while fork_prepare waits for this mutex. */
     int cap = capfds ? capfds * 2 : 16;
-    struct tracked *t = realloc(fds, (size_t)cap * sizeof *t);
-    if (!t) { /* (untracked: a fork's child keeps this copy, as before) */
-      pthread_mutex_unlock(&fds_mu);
-      return d;
+    struct tracked *t, *old = NULL;
+    pthread_mutex_unlock(&fds_mu);
+    if (!(t = malloc((size_t)cap * sizeof *t))) return d; /* (untracked: as before) */
+    pthread_mutex_lock(&fds_mu);
+    if (capfds < cap) {
+      if (nfds) memcpy(t, fds, (size_t)nfds * sizeof *t);
+      old = fds;
+      fds = t;
+      capfds = cap;
+    } else {
+      old = t; /* (another thread grew it meanwhile) */
     }
-    fds = t;
-    capfds = cap;
+    pthread_mutex_unlock(&fds_mu);
+    free(old);
+    pthread_mutex_lock(&fds_mu);
   }
   fds[nfds].lib = fd;
   fds[nfds++].dup = d;
