@@ -371,6 +371,16 @@ static void pool_close_one(dblock_client *cl, dbl_pconn *pc) {
   free(pc);
 }
 
+/* The refusal of a call on a client dbl_foreign says this process may not
+ * use, into e. */
+static int fork_refusal(const dblock_client *cl, dbl_err *e) {
+  return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
+                     "this client belongs to process %lld, not to this one (a forked child: "
+                     "its threads or its SQLite files are that process's): open a client of "
+                     "its own here (dblock_client_free only forgets this copy)",
+                     (long long)cl->pid);
+}
+
 /* Takes an idle connection (or opens one) and opens its call window,
  * bounded by deadline_ms (0: now + call_timeout_ms). */
 static int pool_take_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t deadline_ms,
@@ -382,11 +392,7 @@ static int pool_take_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t dea
   /* Every call that talks to the database passes here: from the client's
    * own callback it could wait on the watchdog or a worker running it;
    * in a forked child that may not use the client, no watchdog bounds it. */
-  if (dbl_foreign(cl))
-    return dbl_err_set(e, DBLOCK_EINVAL, "", 0,
-                       "this client belongs to process %lld, not to this one (a forked child): "
-                       "open a client of its own here",
-                       (long long)cl->pid);
+  if (dbl_foreign(cl)) return fork_refusal(cl, e);
   if (dbl_tls_callback == cl)
     return dbl_err_set(e, DBLOCK_EDEADLK, "", 0,
                        "called from this client's own on_lost or log callback, where it could "
@@ -611,12 +617,12 @@ int dbl_foreign(const dblock_client *cl) {
 }
 
 int dbl_fork_guard(dblock_client *cl) {
-  if (dbl_foreign(cl))
-    return dbl_failf(cl, DBLOCK_EINVAL,
-                     "this client belongs to process %lld, not to this one (a forked child: "
-                     "its threads or its SQLite files are that process's): open a client of "
-                     "its own here (dblock_client_free only forgets this copy)",
-                     (long long)cl->pid);
+  if (dbl_foreign(cl)) {
+    dbl_err e;
+    memset(&e, 0, sizeof e);
+    (void)fork_refusal(cl, &e);
+    return dbl_fail(cl, &e);
+  }
   if (cl->pid != (int64_t)getpid()) {
     /* Adopted (no thread at the fork): an owner of its own, so that no
      * row of the parent's ever reads as this process's (token + thread
