@@ -4,6 +4,7 @@
 #   make demo       the bank-withdrawal demo on a temporary SQLite file
 #   make check      the whole test suite against real SQLite, PostgreSQL and
 #                   MariaDB servers it starts itself (plus ASan/UBSan, TSan)
+#   make check-quick  the normal tree's suites only, for everyday work
 #   make bench      the benchmark (docs/BENCH.md; figures in the README)
 #   make install    PREFIX=/usr/local DESTDIR=
 #
@@ -68,7 +69,7 @@ LDLIBS    := $(PG_LIBS) $(MY_LIBS) $(LITE_LIBS) -lpthread
 ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
 LIB_SRC   := src/core/client.c src/core/error.c src/core/url.c src/core/lock.c \
-             src/core/watchdog.c src/core/admin.c src/core/migrate.c src/core/doctor.c src/core/cancel.c src/core/stats.c src/core/sync.c src/core/queue.c src/core/wake.c src/core/board.c \
+             src/core/watchdog.c src/core/admin.c src/core/migrate.c src/core/doctor.c src/core/cancel.c src/core/stats.c src/core/sync.c src/core/queue.c src/core/wait.c src/core/board.c \
              src/drivers/driver.c src/drivers/topology.c \
              $(if $(filter 1,$(WITH_PG)),src/drivers/pg.c) $(if $(filter 1,$(WITH_MYSQL)),src/drivers/mysql.c) \
              $(if $(filter 1,$(WITH_SQLITE)),src/drivers/sqlite.c) \
@@ -80,12 +81,13 @@ MIGRATIONS := $(wildcard migrations/*/*.sql)
 
 PROGRAMS  := $(B)/dblock $(B)/dblock-bank $(B)/dblock-reaper
 TESTS     := $(B)/test_url $(B)/test_driver $(B)/test_migrate $(B)/test_conformance $(B)/test_faults \
-             $(B)/test_contention $(B)/test_bank $(B)/test_cli $(B)/test_reaper $(B)/test_topology
+             $(B)/test_contention $(B)/test_bank $(B)/test_cli $(B)/test_reaper $(B)/test_topology \
+             $(B)/test_scale
 HELPERS   := $(B)/lockhelper
 
 SONAME    := libdblock.so.$(SOMAJOR)
 
-.PHONY: all lib programs tests header-test demo check bench install uninstall clean
+.PHONY: all lib programs tests header-test demo check check-quick bench install uninstall clean
 all: lib programs $(B)/dblock.pc header-test $(B)/migrations-export/.stamp
 
 lib: $(B)/libdblock.a $(B)/libdblock.so
@@ -210,6 +212,13 @@ demo:
 check:
 	@tests/install-deps.sh
 	@sh tests/run-all.sh
+
+# Everyday development: the normal tree only, every backend x strategy
+# pair, no sanitizer trees, no replicated topologies (about 6 minutes).
+check-quick:
+	@tests/install-deps.sh
+	@$(MAKE) -s -j$$(nproc 2>/dev/null || echo 2) all tests
+	@DBLOCK_TEST_QUICK=1 tests/with-servers.sh sh tests/run-suites.sh
 
 bench:
 	@tests/install-deps.sh

@@ -454,21 +454,19 @@ static double pct(const int32_t *v, long n, double q) {
   return v[rank - 1] / 1000.0;
 }
 
-/* How a waiter learns that the name is free (BENCH.md, W2): the server's
- * lock queue (for_update), the name's wake key (dblock on PostgreSQL and
- * MariaDB, insert / optimistic), a release's notification (PostgreSQL in
- * fair mode), the wake board (dblock on SQLite, insert / optimistic), or
- * polling. */
+/* How a waiter learns that the name is free (BENCH.md, W2): the client's
+ * waiter (src/core/wait.h) — the server's lock queue (for_update), a
+ * release's notification (dblock on PostgreSQL, insert / optimistic), the
+ * wake board (dblock on SQLite, insert / optimistic), or polling. */
 static const char *wake_path(void) {
   if (strcmp(cfg.mode, "dblock") != 0)
     return cfg.strategy == DBLOCK_STRATEGY_FOR_UPDATE && strcmp(cfg.mode, "floor") == 0
                ? "server queue"
                : "poll";
   if (cfg.strategy == DBLOCK_STRATEGY_FOR_UPDATE) return "server queue";
-  if (strncmp(cfg.url, "postgres", 8) == 0) return cfg.fair ? "notification" : "wake key";
+  if (strncmp(cfg.url, "postgres", 8) == 0) return "notification";
   if (strncmp(cfg.url, "sqlite", 6) == 0) return "wake board";
-  return strncmp(cfg.url, "mysql", 5) == 0 || strncmp(cfg.url, "mariadb", 7) == 0 ? "wake key"
-                                                                                  : "poll";
+  return "poll";
 }
 
 static void run_locking(void) {

@@ -252,11 +252,8 @@ dblock_strategy dblock_client_strategy(const dblock_client *client);
 
 /* Cancels acquires: every dblock_lock_acquire on this client that is
  * waiting now returns DBLOCK_ECANCELED promptly (within a few ms: a wait
- * in the server is cut, a polling sleep woken; on PostgreSQL, an insert or
- * optimistic waiter waiting for the name's wake key, whose grant is sent
- * with that wait and would still run if the wait were cut, returns when
- * the wait ends, within 250 ms — 1.25 s while another transaction keeps
- * the name's row locked), and every one started
+ * in the server is cut, a sleep between attempts woken; a sleep waiting
+ * for a notification looks every 20 ms), and every one started
  * afterwards returns it at once, until dblock_client_cancel_clear(). A
  * grant that completed before the cancel reached it is kept (the acquire
  * returns 0). Nothing else is affected: held locks stay held and renewed,
@@ -298,10 +295,9 @@ typedef struct dblock_stats {
   uint64_t disconnects;      /* connections dropped as broken or cut */
   uint64_t wait_ms[DBLOCK_STATS_WAIT_BUCKETS]; /* grants by wait time */
   uint64_t wait_ms_sum;      /* total wait of all grants, ms */
-  uint64_t wakeups;          /* waiters given the name's wake key
-                                (PostgreSQL, MariaDB), woken by a release's
-                                notification (PostgreSQL), or woken on the
-                                wake board (SQLite); insert and optimistic */
+  uint64_t wakeups;          /* waiters woken by a release's notification
+                                (PostgreSQL) or on the wake board
+                                (SQLite); insert and optimistic */
   uint64_t notified;         /* of those, notifications the client's
                                 listener received (PostgreSQL) */
 } dblock_stats;

@@ -8,6 +8,7 @@
 set -u
 passed=0
 failed=0
+skipped=0
 failed_names=""
 out=$(mktemp)
 digest=$(mktemp) # each failed test's own lines, printed again at the very end
@@ -16,11 +17,13 @@ trap 'rm -f "$out" "$out".* "$digest"' EXIT
 if [ -n "${DBLOCK_TEST_LOGS:-}" ]; then rm -f "$DBLOCK_TEST_LOGS"/*.log; fi
 
 # Adds one output's cmocka tallies (a binary may run several groups) to
-# p and f; rc is the command's exit status, which fails a run whose
+# p, f and k (skipped: a test that does not apply to a backend x strategy
+# pair); rc is the command's exit status, which fails a run whose
 # tallies say nothing failed.
 tally() { # rc file
   p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$2" | awk '{s+=$1} END {print s+0}')
   f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$2" | awk '{s+=$1} END {print s+0}')
+  k=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$2" | awk '{s+=$1} END {print s+0}')
   if [ "$1" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
 }
 
@@ -71,7 +74,8 @@ report() { # label seconds file...
   shift 2
   passed=$((passed + p))
   failed=$((failed + f))
-  echo "-- $label: $p passed, $f failed ($secs s)"
+  skipped=$((skipped + k))
+  echo "-- $label: $p passed, $f failed, $k skipped ($secs s)"
   if [ -n "${DBLOCK_TEST_LOGS:-}" ] && mkdir -p "$DBLOCK_TEST_LOGS"; then
     for o in "$@"; do
       cat "$o" >>"$DBLOCK_TEST_LOGS/$(echo "$label" | tr '/ ' '__').log"
@@ -113,7 +117,7 @@ run_suite() { # label command...
   rc=$?
   tally "$rc" "$out"
   # A command without a cmocka tally (the benchmark smoke run) is one test.
-  if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then p=1; fi
+  if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$k" -eq 0 ]; then p=1; fi
   report "$label" $(($(date +%s) - start)) "$out"
 }
 
@@ -138,6 +142,7 @@ run_sharded() { # label command...
   k=0
   sp=0
   sf=0
+  sk=0
   files=""
   for pid in $pids; do
     wait "$pid"
@@ -146,11 +151,13 @@ run_sharded() { # label command...
     grep -q '^\[  PASSED  \]\|^\[  FAILED  \]' "$out.$k" || f=$((f + 1))
     sp=$((sp + p))
     sf=$((sf + f))
+    sk=$((sk + k))
     files="$files $out.$k"
     k=$((k + 1))
   done
   p=$sp
   f=$sf
+  k=$sk
   # shellcheck disable=SC2086
   report "$label" $(($(date +%s) - start)) $files
   # shellcheck disable=SC2086
@@ -160,13 +167,19 @@ run_sharded() { # label command...
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-for tree in build build-asan build-tsan; do
+# DBLOCK_TEST_QUICK=1 (make check-quick): the normal tree only, and no
+# replicated topologies, benchmark smoke run, install check or valgrind.
+trees="build build-asan build-tsan"
+[ -n "${DBLOCK_TEST_QUICK:-}" ] && trees=build
+for tree in $trees; do
   for t in "$tree"/test_*; do
     [ -x "$t" ] || continue
     case "$t" in *.c|*.o) continue ;; esac
     name=$(basename "$t")
     # Replicated topologies: their own servers, normal tree only (below).
     [ "$name" = test_topology ] && continue
+    # Heavy load (512 threads): the normal tree only.
+    [ "$name" = test_scale ] && [ "$tree" != build ] && continue
     if [ -n "${DBLOCK_TEST_ONLY:-}" ] && [ "$name" != "$DBLOCK_TEST_ONLY" ]; then continue; fi
     # The sanitizer trees run a lighter contention load and fewer bank
     # rounds (same checks), and test_faults leaves out its two slowest
@@ -180,25 +193,34 @@ for tree in build build-asan build-tsan; do
     # TSan kills such a child — and timed waits overran their margins.)
     case "$tree/$name" in
       build-tsan/*) run_suite "$tree/$name" "$t" ;;
-      */test_conformance | */test_faults | */test_cli | */test_bank | */test_contention | */test_reaper)
+      */test_conformance | */test_faults | */test_cli | */test_bank | */test_contention | */test_reaper | \
+        */test_scale)
         run_sharded "$tree/$name" "$t" ;;
       *) run_suite "$tree/$name" "$t" ;;
     esac
   done
 done
-if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = test_topology ]; then
+if [ -n "${DBLOCK_TEST_QUICK:-}" ]; then
+  : # (make check-quick: the cmocka suites of the normal tree only)
+elif [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = test_topology ]; then
   # A PostgreSQL primary + synchronous standby and a 3-node Galera cluster,
   # started and stopped by with-topology.sh; heavy, so the normal tree only.
   run_suite "build/test_topology" tests/with-topology.sh build/test_topology
 fi
-if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = bench ]; then
+if [ -n "${DBLOCK_TEST_QUICK:-}" ]; then
+  :
+elif [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = bench ]; then
   # The benchmark in its quick mode, so it never rots (figures: make bench).
   DBLOCK_BENCH_JSON=build/bench-quick.json run_suite "bench/run.sh --quick" sh bench/run.sh --quick
 fi
-if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = install ]; then
+if [ -n "${DBLOCK_TEST_QUICK:-}" ]; then
+  :
+elif [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = install ]; then
   run_suite "tests/check-install.sh" sh tests/check-install.sh
 fi
-if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = valgrind ]; then
+if [ -n "${DBLOCK_TEST_QUICK:-}" ]; then
+  :
+elif [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = valgrind ]; then
   run_suite "valgrind build/test_url" valgrind -q --error-exitcode=99 --leak-check=full build/test_url
 fi
 if [ -n "$failed_names" ]; then
@@ -206,5 +228,5 @@ if [ -n "$failed_names" ]; then
   cat "$digest"
   echo "failed suites:$failed_names"
 fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -15,6 +15,7 @@
 
 #include "../sql/fence.h"
 #include "internal.h"
+#include "wait.h"
 
 #define DEFAULT_TABLE "dblock_locks"
 #define TABLE_MAX 40 /* leaves room for suffixes within PostgreSQL's 63 */
@@ -44,6 +45,16 @@ int64_t dbl_thread_id(void) {
 const char *dblock_strategy_name(dblock_strategy s) {
   const dbl_strategy *st = dbl_strategy_by_id(s);
   return st ? st->name : NULL;
+}
+
+uint64_t dbl_parts_hash(const char *const *parts, int n) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int i = 0; i < n; i++) {
+    for (const unsigned char *s = (const unsigned char *)parts[i]; *s; s++)
+      h = (h ^ *s) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL; /* (0xff never occurs in UTF-8) */
+  }
+  return h;
 }
 
 int dblock_strategy_parse(dblock_strategy *out, const char *name) {
@@ -352,10 +363,22 @@ static void pool_close(dblock_client *cl, dbl_pconn *pc) {
   pool_close_one(cl, pc);
 }
 
+/* pc is no longer lent to an acquire: one more may borrow. Caller holds
+ * mu. */
+static void unlend(dblock_client *cl, dbl_pconn *pc) {
+  dbl_assert_held(cl);
+  if (!pc->lent) return;
+  pc->lent = 0;
+  cl->acq_out--;
+  dbl_signal(&cl->pool_cv, 0);
+}
+
 /* Removes pc from cl->all (under mu: from then on the watchdog cannot
  * touch it) and closes it. */
 static void pool_close_one(dblock_client *cl, dbl_pconn *pc) {
   dbl_lock(cl);
+  unlend(cl, pc);
+  if (cl->reserve == pc) cl->reserve = NULL;
   for (int i = 0; i < cl->nall; i++)
     if (cl->all[i] == pc) {
       cl->trips_closed += cl->drv->round_trips(pc->c);
@@ -450,6 +473,7 @@ void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
   dbl_pconn **list = pc->txn ? &cl->txn_idle : &cl->idle;
   int *count = pc->txn ? &cl->ntxn_idle : &cl->nidle;
   dbl_lock(cl);
+  unlend(cl, pc);
   pc->call_deadline_ms = 0;
   keep = !pc->interrupted && !cl->drv->broken(pc->c) && *count < cl->opts.pool_size &&
          !cl->closing;
@@ -460,6 +484,76 @@ void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
   }
   dbl_unlock(cl);
   if (!keep) pool_close(cl, pc);
+}
+
+int dbl_pool_get_acq(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_err *e) {
+  int64_t end = deadline_ms ? deadline_ms : dbl_mono_ms() + cl->opts.call_timeout_ms, now;
+  int rc;
+  dbl_lock(cl);
+  while (cl->acq_out >= cl->opts.pool_size && !cl->closing) {
+    struct timespec at;
+    if (dbl_cancelled(cl) || (now = dbl_mono_ms()) >= end) {
+      dbl_unlock(cl);
+      if (dbl_cancelled(cl)) return DBLOCK_ECANCELED;
+      return dbl_err_set(e, DBLOCK_ETIMEOUT, "", 0,
+                         "no connection of the client's pool (pool_size %d) came free in time: "
+                         "its other threads' acquires use them all",
+                         cl->opts.pool_size);
+    }
+    /* (slices: a cancel, perhaps from a signal handler, cannot signal) */
+    now = end - now < 20 ? end : now + 20;
+    at.tv_sec = now / 1000;
+    at.tv_nsec = (now % 1000) * 1000000;
+    dbl_timedwait(cl, &cl->pool_cv, &at);
+  }
+  cl->acq_out++; /* (counted now: the connect below may be slow) */
+  dbl_unlock(cl);
+  if ((rc = dbl_pool_get_by(cl, out, 0, 0, e)) != 0) {
+    dbl_lock(cl);
+    cl->acq_out--;
+    dbl_signal(&cl->pool_cv, 0);
+    dbl_unlock(cl);
+    return rc;
+  }
+  (*out)->lent = 1;
+  return 0;
+}
+
+int dbl_pool_get_owner(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_err *e) {
+  dbl_pconn *pc;
+  dbl_lock(cl);
+  pc = cl->closing || dbl_foreign(cl) ? NULL : cl->reserve;
+  cl->reserve = NULL;
+  dbl_unlock(cl);
+  if (pc && !cl->drv->broken(pc->c) && (!cl->drv->idle_alive || cl->drv->idle_alive(pc->c))) {
+    dbl_call_bound(cl, pc, deadline_ms);
+    *out = pc;
+    return 0;
+  }
+  if (pc) pool_close(cl, pc); /* (closed by the server: its idle siblings too) */
+  return dbl_pool_get_by(cl, out, 0, deadline_ms, e);
+}
+
+void dbl_pool_keep_reserve(dblock_client *cl, dbl_pconn *pc) {
+  int kept = 0;
+  dbl_lock(cl);
+  if (!cl->reserve && !cl->closing && !pc->interrupted && !cl->drv->broken(pc->c)) {
+    unlend(cl, pc);
+    pc->call_deadline_ms = 0;
+    cl->reserve = pc;
+    kept = 1;
+  }
+  dbl_unlock(cl);
+  if (!kept) dbl_pool_put(cl, pc);
+}
+
+void dbl_pool_free_reserve(dblock_client *cl) {
+  dbl_pconn *pc;
+  dbl_lock(cl);
+  pc = cl->held ? NULL : cl->reserve;
+  if (pc) cl->reserve = NULL;
+  dbl_unlock(cl);
+  if (pc) dbl_pool_put(cl, pc);
 }
 
 void dbl_pool_discard(dblock_client *cl, dbl_pconn *pc) {
@@ -734,6 +828,7 @@ int dblock_client_open(dblock_client **out, const char *url,
     pthread_cond_init(&cl->wake, &ca);
     pthread_cond_init(&cl->reaper_wake, &ca);
     pthread_cond_init(&cl->work, &ca);
+    pthread_cond_init(&cl->pool_cv, &ca);
     pthread_condattr_destroy(&ca);
   }
   if (dbl_cancel_init(cl) != 0) {
@@ -768,6 +863,7 @@ int dblock_client_open(dblock_client **out, const char *url,
                    "optimistic strategy");
     goto err;
   }
+  cl->waiter = dbl_waiter_for(cl);
   cl->pid = (int64_t)getpid();
   make_token(cl->token);
   snprintf(cl->channel, sizeof cl->channel, "dblock_%.24s", cl->token);
@@ -849,6 +945,7 @@ void dblock_client_free(dblock_client *cl) {
   dbl_signal(&cl->wake, 1);
   dbl_signal(&cl->reaper_wake, 1);
   dbl_signal(&cl->work, 1);
+  dbl_signal(&cl->pool_cv, 1);
   dbl_unlock(cl);
   dbl_queue_stop(cl);
   /* Their calls in flight were cut above, and any they start now is cut
@@ -860,7 +957,6 @@ void dblock_client_free(dblock_client *cl) {
   while ((h = cl->held) != NULL) { /* handles not released: drop them */
     cl->held = h->next;
     if (h->pinned) pool_close(cl, h->pinned);
-    if (h->keyconn) pool_close(cl, h->keyconn); /* (and its wake key) */
     free(h);
   }
   while ((pc = cl->idle) != NULL) {
@@ -871,6 +967,7 @@ void dblock_client_free(dblock_client *cl) {
     cl->txn_idle = pc->next;
     pool_close(cl, pc);
   }
+  if ((pc = cl->reserve) != NULL) pool_close(cl, pc); /* (clears cl->reserve) */
   /* Every thread that could hold a connection is joined and every list
    * above is empty: a connection still counted is an orphan (a path that
    * dropped it without closing it). It is closed all the same, so that
@@ -898,6 +995,7 @@ void dblock_client_free(dblock_client *cl) {
   pthread_cond_destroy(&cl->wake);
   pthread_cond_destroy(&cl->reaper_wake);
   pthread_cond_destroy(&cl->work);
+  pthread_cond_destroy(&cl->pool_cv);
   pthread_mutex_destroy(&cl->mu);
   free(cl);
 }

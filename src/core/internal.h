@@ -22,6 +22,7 @@ typedef struct dbl_pconn {
   int ready;          /* conn_init has run */
   int64_t clock_offset_us; /* server clock - local clock when opened */
   int txn;            /* belongs to the pool of lock-transaction connections */
+  int lent;           /* lent to an acquire attempt (counted in acq_out) */
   /* The call window (guarded by the client's mutex): while a thread is
    * using the connection, call_deadline_ms is when the watchdog cuts it
    * (drv->interrupt) if the call has not returned; 0 outside a call.
@@ -58,9 +59,6 @@ struct dbl_held {
   int lost_notified;  /* LOST_UNTOLD, LOST_TELLING (the callback is
                          running), LOST_TOLD */
   dbl_pconn *pinned;  /* for_update: the connection holding the txn */
-  dbl_pconn *keyconn; /* the connection holding the name's wake key
-                         (wake.c), kept out of the pool until the final
-                         release; NULL: none */
 };
 
 struct dblock_lock {
@@ -105,6 +103,15 @@ struct dblock_client {
   dbl_pconn *txn_idle;   /* idle connections reserved for lock transactions
                             (for_update), which may keep autocommit off */
   int ntxn_idle;
+  /* Connections lent to acquire attempts (at most pool_size: waiters
+   * never cost connections beyond the pool), and pool_cv, signalled when
+   * one comes back. reserve: one kept for the holders' renewals and
+   * releases while this client holds a leased lock (the connection its
+   * grant came on), which acquires never take: a server that refuses new
+   * connections never costs a held lock while that one lives. */
+  int acq_out;
+  pthread_cond_t pool_cv;
+  dbl_pconn *reserve;
   uint64_t trips_closed; /* round trips of connections already closed */
   dbl_pconn **all;       /* every open connection: round-trip counts and
                             the watchdog's call windows */
@@ -117,10 +124,7 @@ struct dblock_client {
    * until until_ms (monotonic), after which the row may be gone. */
   struct { uint64_t hash; int64_t version, until_ms; } vcache[1024];
   int hints;
-  struct { uint64_t hash; int64_t at_ms; } busy_hint[256]; /* names found busy
-                                                  lately (lock.c: who queues) */
-  int key_waiters; /* acquires waiting on a connection of their own for a
-                      wake key (wake.c; at most DBL_KEY_WAITERS_MAX) */
+  const struct dbl_waiter *waiter; /* how its acquires wait (wait.h) */
   int closing;
   int watchdog_started, reaper_started;
   pthread_t watchdog, reaper;
@@ -229,6 +233,18 @@ int dbl_call_end(dblock_client *cl, dbl_pconn *pc);
 /* Whether a call on pc was cut (its bound passed, or the client closing). */
 int dbl_call_was_cut(dblock_client *cl, dbl_pconn *pc);
 int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e);
+/* Borrows a connection for an acquire attempt: at most pool_size are
+ * lent at once, so waits until one is back (until deadline_ms: then
+ * DBLOCK_ETIMEOUT; a cancel: DBLOCK_ECANCELED). */
+int dbl_pool_get_acq(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_err *e);
+/* Borrows a connection for a holder's renewal or release: the reserve if
+ * there is one (else as dbl_pool_get_by). */
+int dbl_pool_get_owner(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_err *e);
+/* After a grant on pc (a leased strategy): pc becomes the reserve if the
+ * client has none, else goes back to the pool. */
+void dbl_pool_keep_reserve(dblock_client *cl, dbl_pconn *pc);
+/* The client holds nothing any more: its reserve goes back to the pool. */
+void dbl_pool_free_reserve(dblock_client *cl);
 /* Borrows a connection whose call is bounded by deadline_ms (also its
  * connect, when one must be opened). */
 int dbl_pool_get_by(dblock_client *cl, dbl_pconn **out, int txn,
@@ -384,33 +400,9 @@ void dbl_queue_stop(dblock_client *cl);
 /* Statements the listener sent; caller holds mu. */
 uint64_t dbl_queue_trips(const dblock_client *cl);
 
-/* ---- the wake key (wake.c) ---- */
-#define DBL_WAKE_KEY_MAX 32
-/* How many acquires of one client may wait for a wake key at once, each
- * on a server session of its own: more would spend the server's
- * connections (max_connections), and a holder that cannot connect cannot
- * renew. The others wait as where there is no key (PostgreSQL: a ticket
- * and a notification; MariaDB: polling). */
-#define DBL_KEY_WAITERS_MAX 32
-/* 1 if waiters of this client wait in the server for the name's wake key:
- * the dialect has one, the strategy polls, and no transaction pooler sits
- * in between (a session lock would stay with a server session that is
- * someone else's a moment later). */
-int dbl_wake_possible(const dblock_client *cl);
-/* FNV-1a over n strings, each followed by a separator (wake keys, the
- * wake board). */
+/* FNV-1a over n strings, each followed by a separator (the version
+ * hints, the wake board). */
 uint64_t dbl_parts_hash(const char *const *parts, int n);
-/* The wake key of name in this client's database and table. */
-void dbl_wake_key(const dblock_client *cl, const char *name, char out[DBL_WAKE_KEY_MAX]);
-/* Waits up to ms in the server for key on *kc (borrowed first if NULL,
- * then kept by the caller); *got: 1 if it came (counted as a wake-up). A
- * cancel reaches the wait. On failure *kc has been closed and set NULL
- * (its session, and any key it held, gone). */
-int dbl_wake_wait(dblock_client *cl, dbl_pconn **kc, const char *key, int64_t ms, int *got,
-                  dbl_err *e);
-/* Gives up key (held: kc holds it) and returns kc to the pool; closes kc
- * instead when that fails. NULL kc: nothing. */
-void dbl_wake_drop(dblock_client *cl, dbl_pconn *kc, const char *key, int held);
 
 /* ---- the wake board (board.c) ---- */
 /* 1 if this client's waiters sleep on the wake board: the driver names

@@ -1,7 +1,8 @@
 /*
- * lock.c — acquire, release and renew, the reentrancy registry, and the
- * waiting policy (server-side waits for for_update, exponential backoff
- * with full jitter for the polling strategies).
+ * lock.c — acquire, release and renew, and the reentrancy registry. An
+ * acquire attempts until granted, refused or out of time; between
+ * attempts the client's waiter sleeps (wait.c: one per backend ×
+ * strategy).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -10,23 +11,14 @@
 #include <time.h>
 
 #include "internal.h"
+#include "wait.h"
 
-/* Per-thread xorshift generator for backoff jitter: no shared state, no
- * locking, seeded from the thread id and the clock. */
-static uint64_t jitter_rand(void) {
-  static _Thread_local uint64_t s;
-  if (!s) s = ((uint64_t)dbl_thread_id() << 32) ^ (uint64_t)dbl_mono_ms() ^ 0x9e3779b97f4a7c15ull;
-  s ^= s << 13;
-  s ^= s >> 7;
-  s ^= s << 17;
-  return s;
-}
-
-/* FNV-1a of a name, for the version-hint cache. */
+/* The version-hint cache's hash of a name. */
 static uint64_t name_hash(const char *s, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-  return h | 1;
+  char buf[DBLOCK_NAME_MAX + 1];
+  const char *parts[1] = {buf};
+  snprintf(buf, sizeof buf, "%.*s", (int)n, s);
+  return dbl_parts_hash(parts, 1) | 1;
 }
 
 /* The hint for a name, or -1: none, or older than its horizon. */
@@ -53,80 +45,6 @@ static void hint_put(dblock_client *cl, uint64_t hash, int64_t version, int64_t 
   cl->vcache[i].until_ms = until_ms;
   dbl_unlock(cl);
 }
-
-/* How long a polling waiter keeps its backoff short (see the wait loop). */
-#define FAST_PHASE_MS 2000
-
-/* The wait queue (queue.c). A ticket stays alive for ALIVE_MS after each
- * attempt of its waiter (never longer than the lease: in fair mode a dead
- * waiter holds the line that long), and a queued waiter that hears nothing
- * polls four times per window — the safety net under lost notifications,
- * and what finds a lease that ran out without a release. A turn handed to
- * a waiter lasts TURN_MS (fair mode: the alive window), so a waiter that
- * died with its turn delays the name that long at most. */
-#define ALIVE_MS 1000
-#define TURN_MS 100
-/* The longest wait for the wake key sent with the attempt behind it (no
- * cancel can cut it short: see attempt). */
-#define FUSE_MAX_MS 250
-/* How long the first waiter of a client waits for its listener to start. */
-#define LISTEN_WAIT_MS 1000
-
-static int64_t queue_alive_ms(const dblock_client *cl, const struct dbl_held *h) {
-  int64_t a = 4 * cl->opts.backoff_max_ms > ALIVE_MS ? 4 * cl->opts.backoff_max_ms : ALIVE_MS;
-  return h->lease_ms > 0 && h->lease_ms < a ? h->lease_ms : a;
-}
-
-/* Names this client found held lately: a blocking acquire of one of them
- * queues with its first attempt (so that a name passed around under
- * contention costs no extra statement per grant), any other only after a
- * busy answer (so that an uncontended cycle runs the plain statement). */
-#define BUSY_HINT_MS 1000
-
-static int busy_lately(dblock_client *cl, uint64_t hash) {
-  size_t i = hash % (sizeof cl->busy_hint / sizeof cl->busy_hint[0]);
-  int yes;
-  dbl_lock(cl);
-  yes = cl->busy_hint[i].hash == hash && dbl_mono_ms() - cl->busy_hint[i].at_ms < BUSY_HINT_MS;
-  dbl_unlock(cl);
-  return yes;
-}
-
-static void busy_seen(dblock_client *cl, uint64_t hash) {
-  size_t i = hash % (sizeof cl->busy_hint / sizeof cl->busy_hint[0]);
-  dbl_lock(cl);
-  cl->busy_hint[i].hash = hash;
-  cl->busy_hint[i].at_ms = dbl_mono_ms();
-  dbl_unlock(cl);
-}
-
-/* What an attempt needs to know of the caller's place in the queue. */
-typedef struct queue_place {
-  int64_t ticket; /* 0: none */
-  int queued;     /* run the queued statement (take or keep a ticket) */
-  /* The wake key (wake.c): the name's key (NULL: none), the connection
-   * this acquire waits on and attempts on once it has one (NULL: each
-   * attempt borrows), and whether that connection holds the key. */
-  const char *key;
-  dbl_pconn *kc;
-  int has_key;
-  int key_fresh; /* the key came since the last attempt (one attempt) */
-  /* kc may hold the key unknown to us: a wait for it failed (PostgreSQL's
-   * lock timeout can fire as the key is granted, and a session lock
-   * outlives the error). The next statement on kc gives up what its
-   * session holds first (an attempt: DBL_S_WAKE_DROP ahead of it; a wait:
-   * its own first step), and so does the end of the acquire. */
-  int kc_unsure;
-  /* > 0: the next attempt first waits this long for the key, in the same
-   * round trip (DBL_S_WAKE_TAKE), and runs only once it has it; fuse_miss
-   * then says that the wait failed (ran out, or got the key and then ran
-   * out waiting for the row: the session may hold the key, so kc_unsure
-   * is set too), so that the attempt behind it never ran. */
-  int64_t fuse_ms;
-  int fuse_miss;
-  int woken; /* the attempt follows a wake-up on the wake board, or a
-                queueing behind one untried */
-} queue_place;
 
 /* Sets up the scratch entry of a fresh (not reentrant) acquire of name by
  * thread: the caller's lease (0: the client's; none for for_update) and
@@ -235,109 +153,52 @@ static int say_if_cut_by_lease(dblock_client *cl, dbl_pconn *pc, const struct db
                      (long long)(bound - sent), (long long)h->lease_ms);
 }
 
-/* Runs the strategy's acquire once on pc, op filled from h; returns its
- * result (a cut call as ECONN). *sent is when the statement went out: the
- * lease clock starts there, not when the connection was asked for, so a
- * slow connect (a fresh CLI process on a loaded host) does not eat a short
- * lease; the server's lease starts later still, so this stays on the safe
- * side. */
+/* Runs the strategy's acquire once on pc, op filled from h and w (the
+ * caller's place in line, written back); returns its result (a cut call
+ * as ECONN). *sent is when the statement went out: the lease clock starts
+ * there, not when the connection was asked for, so a slow connect (a
+ * fresh CLI process on a loaded host) does not eat a short lease; the
+ * server's lease starts later still, so this stays on the safe side. */
 static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h, dbl_op *op,
-                            int reentrant, int attempt_no, int64_t wait_ms, uint64_t hash,
-                            queue_place *qp, int64_t *sent, dbl_err *e) {
+                            dbl_waiting *w, int64_t wait_ms, uint64_t hash, int64_t *sent,
+                            dbl_err *e) {
   int rc;
-  int64_t fuse_ms = qp->fuse_ms, server_wait = wait_ms > fuse_ms ? wait_ms : fuse_ms, bound;
+  int64_t bound;
   *sent = dbl_mono_ms();
-  /* (a fused wait for the key: the lease clock starts before it, which
-   * only makes the holder think its lease shorter — by at most the wait,
-   * a quarter of the lease, and what its row may take) */
-  bound = attempt_bound(cl, h, *sent, server_wait);
+  bound = attempt_bound(cl, h, *sent, wait_ms);
   dbl_call_bound(cl, pc, bound);
   dbl_op_init(op, cl, pc, h, e);
-  op->reentrant = reentrant;
-  op->attempt = attempt_no;
-  if (cl->hints) op->version_hint = reentrant ? h->version : hint_get(cl, hash);
-  op->q.ticket = qp->ticket;
-  op->q.fair = cl->opts.fair;
-  /* (the key's holder is never refused: it names no key. On PostgreSQL
-   * it could not ask for itself — a shared request on its own key fails
-   * while others wait for the key behind it) */
-  op->q.wake_key = reentrant || qp->has_key || fuse_ms ? NULL : qp->key;
-  op->q.has_key = !reentrant && ((qp->has_key && qp->key_fresh) || fuse_ms);
-  op->q.board_woken = qp->woken;
-  if (!fuse_ms && qp->kc_unsure && pc == qp->kc && qp->key) {
-    /* (an attempt on a connection that may hold the key since a wait
-     * failed: it gives up what its session holds first, or a grant would
-     * keep a key nobody knows of) */
-    op->pre.id = DBL_S_WAKE_DROP;
-    op->pre.p[0] = DBL_STR(qp->key);
-    op->pre.np = 1;
-  }
-  if (fuse_ms) {
-    /* The attempt runs only once the key is ours: it is the key's holder,
-     * just handed the key. Sent once (retries below are plain). */
-    op->pre.id = DBL_S_WAKE_TAKE;
-    op->pre.p[0] = DBL_STR(qp->key);
-    op->pre.p[1] = DBL_I64(fuse_ms * 1000);
-    op->pre.p[2] = DBL_TEXT(h->name, h->name_len);
-    op->pre.p[3] = DBL_I64(cl->strat->key_sees_commit);
-    op->pre.np = 4;
-    qp->fuse_ms = 0;
-  }
-  if (qp->queued) {
-    int64_t alive = queue_alive_ms(cl, h);
-    op->q.channel = dbl_queue_channel(cl);
-    op->q.alive_us = alive * 1000;
-    op->q.turn_us = (cl->opts.fair || alive < TURN_MS ? alive : TURN_MS) * 1000;
-  }
+  op->reentrant = w->reentrant;
+  op->attempt = w->tries;
+  if (cl->hints) op->version_hint = w->reentrant ? h->version : hint_get(cl, hash);
+  op->place = w->place;
   rc = dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
-  rc = say_if_cut_by_lease(cl, pc, h, *sent, server_wait, bound, rc, e);
-  qp->ticket = op->q.ticket;
-  if (fuse_ms) {
-    qp->has_key = qp->key_fresh = op->pre.ran;
-    qp->fuse_miss = qp->kc_unsure = !op->pre.ran;
-    if (op->pre.ran) DBL_COUNT(cl, wakeups);
-  } else if (op->pre.ran) {
-    qp->kc_unsure = 0;
-  }
+  rc = say_if_cut_by_lease(cl, pc, h, *sent, wait_ms, bound, rc, e);
+  w->place.ticket = op->place.ticket;
   return rc;
 }
 
 /* Gives back the connection of an attempt that returned rc: for_update
- * keeps a grant's connection pinned in h; a waiter's own connection
- * (qp->kc) stays with the waiter while it waits, goes to h with a grant
- * taken while it held the wake key (until the final release), and is
- * closed when it broke; any other goes back to the pool. */
-static void attempt_done(dblock_client *cl, struct dbl_held *h, dbl_pconn *pc, int rc,
-                         queue_place *qp) {
-  if (rc == 0 && cl->strat->pins_connection) {
-    h->pinned = pc; /* held idle between calls: no bound */
-  } else if (pc != qp->kc) {
-    dbl_pool_return(cl, pc, rc);
-  } else if (rc == 0) {
-    if (qp->has_key) {
-      (void)dbl_call_end(cl, pc); /* (cut: broken, closed at the release) */
-      h->keyconn = pc;
-    } else {
-      dbl_pool_put(cl, pc);
-    }
-    qp->kc = NULL;
-    qp->has_key = qp->kc_unsure = 0;
-  } else if (rc == DBLOCK_ECONN || cl->drv->broken(pc->c)) {
-    dbl_pool_discard(cl, pc); /* (its session, and the key, end) */
-    qp->kc = NULL;
-    qp->has_key = qp->kc_unsure = 0;
-  }
+ * keeps a grant's connection pinned in h; a leased grant's becomes the
+ * client's reserve for its renewals and releases (if it has none); any
+ * other goes back to the pool. */
+static void attempt_done(dblock_client *cl, struct dbl_held *h, dbl_pconn *pc, int rc) {
+  if (rc == 0 && cl->strat->pins_connection) h->pinned = pc; /* held idle between calls */
+  else if (rc == 0) dbl_pool_keep_reserve(cl, pc);
+  else dbl_pool_return(cl, pc, rc);
 }
 
-/* One attempt on a borrowed connection (or the waiter's own, qp->kc). */
-static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int attempt_no,
-                   int64_t wait_ms, uint64_t hash, queue_place *qp, int *taken, dbl_err *e) {
-  dbl_pconn *pc = qp->kc;
+/* One attempt on a borrowed connection; wait_ms: how long it may wait in
+ * the server (the server waiter only). *taken: busy because another
+ * owner holds the name (not a lock wait or a deadlock). */
+static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_t wait_ms,
+                   uint64_t hash, int *taken, dbl_err *e) {
+  dbl_pconn *pc;
   dbl_op op;
   int rc, pins = cl->strat->pins_connection, slot = -1;
   int64_t sent;
-  if (!pc && (rc = dbl_pool_get_by(cl, &pc, pins, 0, e)) != 0) return rc;
-  if (qp->fuse_ms) qp->kc = pc; /* (the connection that will hold the key) */
+  rc = pins ? dbl_pool_get_by(cl, &pc, 1, 0, e) : dbl_pool_get_acq(cl, &pc, w->deadline, e);
+  if (rc != 0) return rc;
   /* Polling strategies never mean to wait in the server; a row lock held
    * by a for_update transaction on the same name (mixing strategies) must
    * not block them for long. Only sent once per connection. */
@@ -345,24 +206,18 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
   else if (cl->drv->idle_guard) rc = cl->drv->idle_guard(pc->c, dbl_txn_idle_limit(cl), e);
   if (rc != 0) {
     rc = dbl_call_check(cl, pc, rc, e);
-    if (pc != qp->kc) dbl_pool_put(cl, pc);
-    else attempt_done(cl, h, pc, DBLOCK_ECONN, qp);
+    dbl_pool_return(cl, pc, rc);
     return rc;
   }
   /* A wait in the server is where a cancel must reach in: register the
    * connection with dblock_client_cancel (or, with no slot free, wait in
-   * short pieces and let the loop look at the flag between them). Not a
-   * wait for the wake key with the grant behind it (fuse_ms): cut, the
-   * server would still run the grant once the key came, for a caller told
-   * "cancelled". That wait is bounded (FUSE_MAX_MS, and the session's
-   * lock wait for a row another transaction keeps locked), and the loop
-   * looks at the flag after it. */
+   * short pieces and let the loop look at the flag between them). */
   if (wait_ms != 0 && (slot = dbl_cancel_watch(cl, pc)) < 0 && wait_ms > DBL_CANCEL_PIECE_MS)
     wait_ms = DBL_CANCEL_PIECE_MS;
   /* (A cancel that came before the registration found no slot: look at
    * the flag after it — one side always sees the other.) */
   if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
-  else rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
+  else rc = strategy_acquire(cl, pc, h, &op, w, wait_ms, hash, &sent, e);
   /* The server may have lost unflushed state since the epoch was vouched
    * for (a crash, a promotion) — or, on MariaDB, this session has not yet
    * looked (fence.h): bump it durably if need be and ask again, once. */
@@ -374,7 +229,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
         dbl_log(cl, DBLOCK_LOG_INFO,
                 "the server may have lost unflushed state (crash-restart or promotion): "
                 "fencing epoch advanced");
-      rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
+      rc = strategy_acquire(cl, pc, h, &op, w, wait_ms, hash, &sent, e);
     }
   }
   /* The fence sequence is behind this name's row (moved back by hand, or
@@ -390,7 +245,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
               "lock '%s': the fence sequence was behind the name's last token (moved back, or "
               "restored apart from the lock table): moved forward past it",
               h->name);
-      rc = strategy_acquire(cl, pc, h, &op, reentrant, attempt_no, wait_ms, hash, qp, &sent, e);
+      rc = strategy_acquire(cl, pc, h, &op, w, wait_ms, hash, &sent, e);
     }
   }
   if (dbl_cancel_unwatch(cl, slot, pc)) {
@@ -399,7 +254,6 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
      * (only the strategies that wait in the server are watched, and they
      * hold their lock through the session). */
     dbl_pool_discard_cancelled(cl, pc);
-    if (pc == qp->kc) qp->kc = NULL, qp->has_key = qp->kc_unsure = 0;
     return DBLOCK_ECANCELED;
   }
   /* A server-side lock wait that ran out (PostgreSQL lock_timeout, MySQL
@@ -428,7 +282,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
     rc = dbl_err_set(e, DBLOCK_ECONN, "08006", 0,
                      "no answer from the server in time; the call was cut");
   }
-  attempt_done(cl, h, pc, rc, qp);
+  attempt_done(cl, h, pc, rc);
   return rc;
 }
 
@@ -436,24 +290,12 @@ static int attempt(dblock_client *cl, struct dbl_held *h, int reentrant, int att
 typedef struct acq {
   dblock_client *cl;
   const char *name;
-  int64_t thread, wait_ms, lease_ms, started;
-  int auto_renew, reentrant, tries;
+  int64_t thread, wait_ms, lease_ms;
+  int auto_renew;
   uint64_t hash;
   struct dbl_held *h;    /* the scratch entry the attempts fill */
   struct dbl_held *mine; /* this owner's live entry (a reentrant acquire) */
-  queue_place q;         /* this call's place in the wait queue */
-  int wake;              /* waiters wait for the name's wake key (wake.c) */
-  int head_busy;         /* the last attempt, with the key, found it busy */
-  int key_seat;          /* counted in cl->key_waiters (until the end) */
-  int key_first;         /* waited for the key before the first attempt */
-  int64_t tried_ms;      /* when the last attempt ran (monotonic ms) */
-  char key[DBL_WAKE_KEY_MAX];
-  int board;             /* waiters sleep on the wake board (board.c) */
-  int board_woken;       /* the last board sleep ended by a release waking it */
-  int board_moved;       /* the counter moved during it (woken or not) */
-  int board_misses;      /* wake-ups in a row whose attempt found it busy */
-  uint64_t bhash;        /* the name's board hash */
-  uint32_t bseq;         /* its counter on the board, read before each attempt */
+  dbl_waiting w;            /* its wait (w.reentrant: a reentrant attempt) */
   dbl_err e;
 } acq;
 
@@ -499,12 +341,9 @@ static int acquire_enter(acq *a, struct dbl_held **local) {
     return 1;
   }
   if (a->mine && (a->mine = claim_held(cl, a->name, a->thread)) != NULL) {
-    a->reentrant = 1;
     *a->h = *a->mine; /* the attempt fills this scratch copy */
     /* ...which owns none of the entry's resources: a fresh grant (the
-     * outer hold turned out lost) is linked as an entry of its own, and
-     * two entries closing one wake-key connection would close it twice. */
-    a->h->keyconn = NULL;
+     * outer hold turned out lost) is linked as an entry of its own. */
     a->h->pinned = NULL;
     a->h->next = NULL;
   }
@@ -513,16 +352,8 @@ static int acquire_enter(acq *a, struct dbl_held **local) {
    * thread, lease and renewal) — its own lease_ms is ignored: an inner call
    * must not turn an explicit 10-minute lease into an unrenewed 30 s one,
    * or the reverse. */
-  if (!a->reentrant) fresh_entry(a->h, cl, a->name, a->thread, a->lease_ms, a->auto_renew);
+  if (!a->mine) fresh_entry(a->h, cl, a->name, a->thread, a->lease_ms, a->auto_renew);
   return 0;
-}
-
-/* 1 if a wake-key connection that sat idle for a whole hold can still be
- * used: not cut, not broken, and not closed by the server meanwhile (its
- * key went with its session then). */
-static int keyconn_usable(dblock_client *cl, dbl_pconn *kc) {
-  return !kc->interrupted && !cl->drv->broken(kc->c) &&
-         (!cl->drv->idle_alive || cl->drv->idle_alive(kc->c));
 }
 
 /* The reentrant statement found another owner: our outer hold is gone
@@ -532,282 +363,42 @@ static int keyconn_usable(dblock_client *cl, dbl_pconn *kc) {
  * which would keep the watchdog off it. */
 static void acquire_outer_lost(acq *a) {
   dblock_client *cl = a->cl;
-  dbl_pconn *kc;
   dbl_mark_lost(cl, a->mine);
   dbl_lock(cl);
-  /* A hold granted after waiting still holds the name's wake key on its
-   * connection: it goes on with this acquire (which would otherwise wait
-   * for the key its own lost entry keeps, window after window) — if that
-   * connection survived whatever lost the hold. (A reentrant acquire has
-   * no key connection of its own yet.) */
-  kc = a->mine->keyconn;
-  a->mine->keyconn = NULL;
   unclaim(cl, a->mine);
   dbl_unlock(cl);
-  if (kc && keyconn_usable(cl, kc)) {
-    a->q.kc = kc;
-    a->q.has_key = 1;
-  } else if (kc) {
-    dbl_pool_discard(cl, kc); /* (closing ends its session, and the key) */
-  }
   a->mine = NULL;
-  a->reentrant = 0;
-  a->tries = 0; /* (a fresh acquire: its first attempt says "another strategy") */
+  a->w.reentrant = 0;
+  a->w.tries = 0; /* (a fresh acquire: its first attempt says "another strategy") */
   memset(a->h, 0, sizeof *a->h);
   fresh_entry(a->h, cl, a->name, a->thread, a->lease_ms, a->auto_renew);
 }
 
-/* Sleeps before the next poll. Full jitter: uniformly in [0.5 ms, *cap],
- * never past the deadline. The cap doubles from backoff_min, but for the
- * first FAST_PHASE_MS of a wait it stops at 8 x backoff_min: a waiter that
- * slept up to backoff_max while the holder released and re-took the name
- * at once would starve (BENCH.md W2 fairness). Past that, a long wait (a
- * job holding the lock for minutes) polls gently, up to backoff_max. */
-static void backoff(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
-  dblock_client *cl = a->cl;
-  int64_t us = 500 + (int64_t)(jitter_rand() % (uint64_t)(*cap_ms * 1000));
-  int64_t limit = cl->opts.backoff_max_ms;
-  if (now - a->started < FAST_PHASE_MS && limit > 8 * cl->opts.backoff_min_ms)
-    limit = 8 * cl->opts.backoff_min_ms;
-  if (a->wait_ms > 0 && us > (deadline - now) * 1000) us = (deadline - now) * 1000;
-  if (us > 0) dbl_cancel_sleep(cl, us);
-  *cap_ms = *cap_ms * 2 > limit ? limit : *cap_ms * 2;
-}
-
-/* 1 if this waiter is woken by notifications (queue.c): where no wake key
- * serves, or as the head waiter — it holds the key, yet found the name
- * held by a holder that came without waiting, whose release notifies. */
-static int notified(const acq *a) { return !a->wake || (a->q.has_key && a->head_busy); }
-
-/* Gives back this acquire's seat among the client's key waiters. */
-static void key_seat_leave(acq *a) {
-  if (!a->key_seat) return;
-  dbl_lock(a->cl);
-  a->cl->key_waiters--;
-  dbl_unlock(a->cl);
-  a->key_seat = 0;
-}
-
-/* This acquire waits for its key no more (a wait that failed): it gives
- * up its waiting connection (and any key that may be on it) and polls
- * with backoff from now on, as where there is no key. */
-static void wake_give_up(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
-  dbl_log(a->cl, DBLOCK_LOG_INFO, "lock '%s': waiting for its wake key failed (%s); polling",
-          a->name, a->e.msg);
-  memset(&a->e, 0, sizeof a->e);
-  a->wake = 0;
-  dbl_wake_drop(a->cl, a->q.kc, a->key, a->q.has_key || a->q.kc_unsure);
-  a->q.kc = NULL;
-  a->q.has_key = a->q.kc_unsure = 0;
-  key_seat_leave(a);
-  backoff(a, now, deadline, cap_ms);
-}
-
-/* Waits in the server for the name's wake key (wake.c), at most a queued
- * waiter's poll window: the release of a holder that has the key hands it
- * over at once, and the next attempt follows at once either way (the
- * wait that ran out is the poll). Where the dialect can, the wait is only
- * set up here and goes out with that attempt, in one round trip
- * (DBL_S_WAKE_TAKE, queue_place.fuse_ms): a handed-over key is then taken
- * up without a round trip of its own. A failure leaves this acquire
- * polling with backoff, as where there is no key. */
-static void wake_wait(acq *a, int64_t now, int64_t deadline, int64_t *cap_ms) {
-  dblock_client *cl = a->cl;
-  int64_t ms = queue_alive_ms(cl, a->h) / 4;
-  int rc;
-  /* A seat among the client's key waiters, taken once per acquire; none
-   * left: wait without the key from now on. */
-  if (!a->key_seat && !a->q.kc) {
-    dbl_lock(cl);
-    if (cl->key_waiters < DBL_KEY_WAITERS_MAX) {
-      cl->key_waiters++;
-      a->key_seat = 1;
-    }
-    dbl_unlock(cl);
-    if (!a->key_seat) {
-      a->wake = 0;
-      return; /* (the loop's next attempt comes at once, and queues) */
-    }
-  }
-  if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
-  if (cl->defs[DBL_S_WAKE_TAKE].sql) {
-    a->q.fuse_ms = ms < 1 ? 1 : ms > FUSE_MAX_MS ? FUSE_MAX_MS : ms;
-    return;
-  }
-  rc = dbl_wake_wait(cl, &a->q.kc, a->key, ms, &a->q.has_key, &a->e);
-  a->q.key_fresh = a->q.has_key;
-  if (rc != 0 && rc != DBLOCK_ECANCELED) wake_give_up(a, now, deadline, cap_ms);
-  /* (a cancel: the loop's next look at the flag returns) */
-}
-
-/* Sleeps on the wake board (board.c) until a release of the name after
- * the last attempt wakes this waiter, or until `until` (monotonic ms),
- * never past the deadline: the sleep that runs out is the poll. Where the
- * board fails (no futexes) this acquire polls with backoff from now on. */
-static void board_sleep(acq *a, int64_t until, int64_t deadline) {
-  int64_t now = dbl_mono_ms();
-  int rc = 0;
-  if (a->wait_ms > 0 && until > deadline) until = deadline;
-  if (until > now && (rc = dbl_board_wait(a->cl, a->bhash, a->bseq, until - now)) < 0)
-    a->board = 0;
-  a->board_woken = rc == 1;
-  a->board_moved = rc > 0;
-  if (rc <= 0) a->board_misses = 0;
-}
-
-/* Until when (monotonic ms) this blocking attempt, which no release woke,
- * stays behind the name's sleepers on the board instead of trying
- * (board.c: a release just woke one, for 100 ms, or the one it woke holds
- * the name); 0: try now. Never past the deadline. Behind a holder, never
- * past a poll window from this waiter's last try (or its start): one that
- * died without a release is noticed then, as without the board. Behind a
- * release (a sleeper whose window ran out meets one, too), never past two
- * windows: records rewritten without end only delay. */
-static int64_t board_hold_until(acq *a, int64_t deadline) {
-  int64_t win = queue_alive_ms(a->cl, a->h) / 4, now = dbl_mono_ms(), until, cap;
-  int taken;
-  if (a->wait_ms == 0 || a->board_woken) return 0;
-  until = dbl_board_handed_until(a->cl, a->bhash, win, &taken);
-  cap = (a->tries > 0 ? a->tried_ms : a->started) + (taken ? win : 2 * win);
-  if (until > cap) until = cap;
-  if (a->wait_ms > 0 && until > deadline) until = deadline;
-  return until > now ? until : 0;
-}
-
-/* An acquire that a release woke on the board and that leaves without
- * trying (cancelled, out of time) passes the wake-up on to the next
- * sleeper, as a release would: the name may be free, and that release's
- * record keeps the others behind the one it woke. Returns rc. */
-static int board_leave(acq *a, int rc) {
-  if (a->board && a->board_woken) dbl_board_post(a->cl, a->bhash);
-  a->board_woken = 0;
-  return rc;
-}
-
-/* Acquire, phase 3: attempts until granted, refused or out of time.
- * Strategies that wait in the server are asked to, in pieces of at most
- * the call limit (waiting forever too), so each piece's call is bounded;
- * the others poll with backoff. */
+/* Acquire, phase 3: attempts until granted, refused or out of time; the
+ * client's waiter sleeps between attempts (wait.h). A timed wait makes no
+ * attempt past its deadline: each would be time over what was asked. */
 static int acquire_wait(acq *a) {
   dblock_client *cl = a->cl;
-  int64_t deadline = a->wait_ms > 0 ? a->started + a->wait_ms : 0, now;
-  int64_t cap_ms = cl->opts.backoff_min_ms;
+  const dbl_waiter *waiter = cl->waiter;
+  dbl_waiting *w = &a->w;
   int rc, taken = 0;
   for (;;) {
-    int64_t server_wait = 0;
-    if (dbl_cancelled(cl)) return board_leave(a, DBLOCK_ECANCELED);
-    /* A timed wait makes no attempt past its deadline (its sleeps and its
-     * waits for the key end there): each one would be time over what the
-     * caller asked for. */
-    if (a->wait_ms > 0 && a->tries > 0 && dbl_mono_ms() >= deadline)
-      return board_leave(a, DBLOCK_ETIMEOUT);
-    if (cl->strat->pins_connection) {
-      server_wait = a->wait_ms < 0 ? cl->opts.call_timeout_ms
-                    : a->wait_ms == 0 ? 0 : deadline - dbl_mono_ms();
-      if (a->wait_ms > 0 && server_wait < 1) server_wait = 1;
-      if (server_wait > cl->opts.call_timeout_ms) server_wait = cl->opts.call_timeout_ms;
-    }
-    /* A blocking waiter queues (and keeps its ticket) where notifications
-     * can reach it, and always in fair mode; a try never does. Where a
-     * wake key orders the waiters (PostgreSQL outside fair mode), only
-     * the head waiter queues: the one holding the key that still found the
-     * name held, by a holder that came without waiting and so has no key
-     * to hand over — its release notifies the ticket instead. */
-    a->q.queued = a->wait_ms != 0 && !a->reentrant && notified(a) && dbl_queue_possible(cl) &&
-                  (a->q.ticket || cl->opts.fair ||
-                   ((a->tries > 0 || busy_lately(cl, a->hash)) && dbl_queue_ready(cl, 0)));
-    /* (every fresh attempt names the wake key: a free row is refused while
-     * a waiter that holds it is about to take it) */
-    a->q.key = a->wake && !a->reentrant ? a->key : NULL;
-    /* A blocking acquire of a name found busy lately waits for the key
-     * before its first attempt: that attempt would most likely be refused
-     * (a statement and a round trip for nothing, on a busy name), and the
-     * key's queue is the order of arrival. A free key comes at once. */
-    if (a->q.key && !a->q.has_key && a->tries == 0 && a->wait_ms != 0 && !a->key_first &&
-        busy_lately(cl, a->hash)) {
-      a->key_first = 1;
-      wake_wait(a, dbl_mono_ms(), deadline, &cap_ms);
-      continue;
-    }
-    if (a->board && !a->reentrant) {
-      int64_t until;
-      a->bseq = dbl_board_seq(cl, a->bhash);
-      /* No barging: a blocking attempt that no release woke — a fresh
-       * acquire, a sleep that ran out, a counter that moved while another
-       * sleeper was woken — coming just after a release woke a sleeper,
-       * or while that sleeper holds the name, sleeps behind the sleepers
-       * untried (board_hold_until). (Only a fresh acquire used to look,
-       * and only at the release: a releaser held back whose 100 ms ran
-       * out just as the next holder released raced the sleeper that
-       * release woke, and now and then took the name ahead of it.) */
-      if ((until = board_hold_until(a, deadline)) != 0) {
-        board_sleep(a, until, deadline);
-        a->q.woken = 1;
-        continue;
-      }
-      a->q.woken = a->q.woken || a->board_moved;
-    }
-    rc = attempt(cl, a->h, a->reentrant, a->tries, server_wait, a->hash, &a->q, &taken, &a->e);
-    a->q.fuse_ms = 0;
-    if (a->q.fuse_miss) {
-      /* A fused wait without the key: no attempt was made. It ran out —
-       * the poll, attempt now, or wait again if the last attempt was
-       * less than a poll window ago (a fused wait is capped shorter) — or
-       * it failed: poll from now on. */
-      a->q.fuse_miss = 0;
-      if (rc == DBLOCK_EBUSY) {
-        now = dbl_mono_ms();
-        if (now - a->tried_ms < queue_alive_ms(cl, a->h) / 4) wake_wait(a, now, deadline, &cap_ms);
-        continue;
-      }
-      if (rc != DBLOCK_ECANCELED) {
-        wake_give_up(a, dbl_mono_ms(), deadline, &cap_ms);
-        continue;
-      }
-    }
-    a->tried_ms = dbl_mono_ms();
-    a->tries++;
-    a->q.key_fresh = 0;
-    if (rc == DBLOCK_EBUSY && a->q.woken) a->board_misses++;
-    a->head_busy = rc == DBLOCK_EBUSY && a->q.has_key;
-    /* (a sleeper a release woke: granted, the others stay behind it;
-     * failed otherwise than busy, the wake-up goes on to the next one) */
-    if (a->board_woken && rc == 0) dbl_board_taken(cl, a->bhash);
-    else if (a->board_woken && rc != DBLOCK_EBUSY) dbl_board_post(cl, a->bhash);
-    a->q.woken = a->board_woken = a->board_moved = 0;
+    if (dbl_cancelled(cl)) return DBLOCK_ECANCELED;
+    if (w->tries > 0 && dbl_wait_over(w)) return DBLOCK_ETIMEOUT;
+    if (waiter->before(w)) continue; /* (slept behind others instead) */
+    rc = attempt(cl, a->h, w, waiter->server_ms ? waiter->server_ms(w) : 0, a->hash, &taken,
+                 &a->e);
+    w->tried_ms = dbl_mono_ms();
+    w->tries++;
+    waiter->after(w, rc);
     if (rc != DBLOCK_EBUSY) return rc;
-    if (dbl_queue_possible(cl) || a->wake) busy_seen(cl, a->hash);
-    /* (a lock wait or a deadlock is no "another owner" answer: taken 0) */
-    if (a->reentrant && taken) {
+    if (w->reentrant && taken) {
       acquire_outer_lost(a);
       continue;
     }
     if (a->wait_ms == 0) return rc;
-    now = dbl_mono_ms();
-    if (a->wait_ms > 0 && now >= deadline) return DBLOCK_ETIMEOUT;
-    if (!a->q.ticket && !a->q.queued && notified(a) && dbl_queue_possible(cl) &&
-        dbl_queue_ready(cl, a->wait_ms > 0 && deadline - now < LISTEN_WAIT_MS ? deadline - now
-                                                                              : LISTEN_WAIT_MS))
-      continue; /* (listening now: queue at once) */
-    if (a->q.ticket && dbl_queue_ready(cl, 0)) {
-      /* Queued: a release that hands us the name wakes us; poll now and
-       * then all the same. */
-      int64_t ms = queue_alive_ms(cl, a->h) / 4;
-      if (a->wait_ms > 0 && ms > deadline - now) ms = deadline - now;
-      dbl_queue_sleep(cl, a->q.ticket, ms);
-    } else if (a->q.key && !a->q.has_key) {
-      wake_wait(a, now, deadline, &cap_ms);
-    } else if (a->board && !a->reentrant && a->board_misses < 3) {
-      board_sleep(a, now + queue_alive_ms(cl, a->h) / 4, deadline);
-    } else if (a->board && !a->reentrant) {
-      /* Woken three times in a row and busy each time: the word is moved
-       * by another name's releases too (a hash shared by two names). One
-       * backoff between tries, so that this never becomes a busy loop. */
-      backoff(a, now, deadline, &cap_ms);
-      a->board_misses = 0;
-    } else if (!cl->strat->pins_connection) {
-      backoff(a, now, deadline, &cap_ms); /* (also the head waiter, holding the key) */
-    }
+    if (dbl_wait_over(w)) return DBLOCK_ETIMEOUT;
+    waiter->sleep(w);
   }
 }
 
@@ -860,15 +451,8 @@ static struct dbl_held *acquire_publish(acq *a) {
   } else {
     if (mine) {
       /* Our earlier holds had expired and the row was granted afresh: the
-       * old handles are lost; this is a new grant. The name's wake key,
-       * if the old hold kept it, goes with the new grant (its release
-       * gives it up; left on the lost entry it would be held until the
-       * old handles are released). */
+       * old handles are lost; this is a new grant. */
       mine->lost = DBLOCK_ELOST;
-      if (mine->keyconn && !h->keyconn) {
-        h->keyconn = mine->keyconn;
-        mine->keyconn = NULL;
-      }
       unclaim(cl, mine);
     }
     h->busy = 0;
@@ -886,8 +470,8 @@ static struct dbl_held *acquire_publish(acq *a) {
   else if (h->lost_at_ms && h->lost_at_ms < due) due = h->lost_at_ms;
   dbl_unlock(cl);
   DBL_COUNT(cl, grants);
-  if (a->tries > 1) DBL_COUNT(cl, waited);
-  dbl_count_wait(cl, dbl_mono_ms() - a->started);
+  if (a->w.tries > 1) DBL_COUNT(cl, waited);
+  dbl_count_wait(cl, dbl_mono_ms() - a->w.started);
   if (mine && h != mine) dbl_mark_lost(cl, mine);
   if (due) dbl_watchdog_kick(cl, due);
   return h;
@@ -910,9 +494,6 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   a.lease_ms = lease_ms;
   a.auto_renew = !cl->strat->has_lease || lease_ms == 0;
   a.hash = name_hash(name, strlen(name));
-  if ((a.wake = dbl_wake_possible(cl)) != 0) dbl_wake_key(cl, name, a.key);
-  else if (wait_ms != 0 && (a.board = dbl_board_possible(cl)) != 0)
-    a.bhash = dbl_board_hash(cl, name);
   /* Everything that can fail without touching the database comes first,
    * so that a grant never has to be undone: the handle and the scratch
    * entry, and the watchdog (without it a lease could run out unnoticed
@@ -925,13 +506,12 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   if ((rc = dbl_watchdog_start(cl)) != 0) {
     rc = dbl_failf(cl, rc, "cannot start the watchdog thread");
   } else if ((rc = acquire_enter(&a, &local)) == 0) {
-    a.started = dbl_mono_ms();
+    dbl_wait_init(&a.w, cl, name, wait_ms);
+    a.w.reentrant = a.mine != NULL;
+    a.w.lease_ms = a.h->lease_ms;
+    cl->waiter->begin(&a.w);
     rc = acquire_wait(&a);
-    /* (a grant took its ticket out of the queue in the same statement,
-     * and its wake key with it) */
-    if (a.q.ticket) dbl_queue_leave(cl, a.q.ticket);
-    dbl_wake_drop(cl, a.q.kc, a.key, a.q.has_key || a.q.kc_unsure);
-    key_seat_leave(&a);
+    cl->waiter->end(&a.w, rc);
     dbl_lock(cl);
     if (rc != 0) rc = acquire_fail(&a, rc);
     else local = acquire_publish(&a), a.h = NULL;
@@ -1005,6 +585,14 @@ static int renew_once(dblock_client *cl, dbl_op *op, int final, int pinned) {
 }
 
 /* An owner-keyed statement run on op (release_once, renew_once). */
+/* Gives back the connection of a holder's call that returned rc: kept as
+ * the client's reserve (dbl_pool_keep_reserve), or closed when the call
+ * lost it. */
+static void owner_done(dblock_client *cl, dbl_pconn *pc, int rc) {
+  if (rc == DBLOCK_ECONN || cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
+  else dbl_pool_keep_reserve(cl, pc);
+}
+
 typedef int (*owner_call)(dblock_client *cl, dbl_op *op, int final, int pinned);
 
 /* Runs call on *pc for h; when its reply is lost (ECONN) on a pooled
@@ -1043,33 +631,13 @@ static int ask_again_if_unanswered(dblock_client *cl, struct dbl_held *h, dbl_pc
  * twice. (for_update reports a dead session at COMMIT as lost: nobody can
  * tell whether it died before the COMMIT or after it.) */
 static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, dbl_err *e) {
-  dbl_pconn *pc = h->pinned, *kc = final ? h->keyconn : NULL;
+  dbl_pconn *pc = h->pinned;
   dbl_op op;
   int rc, asked;
-  /* A final release with the wake key runs on the key's connection: the
-   * statement gives the key up (a user lock is its session's) as it frees
-   * the row. The entry no longer has the key either way. */
-  if (kc) {
-    dbl_lock(cl);
-    h->keyconn = NULL;
-    dbl_unlock(cl);
-    /* Idle for the whole hold: one the server closed meanwhile (its key
-     * went with its session) is not worth a failed call. */
-    if (!keyconn_usable(cl, kc)) {
-      dbl_pool_discard(cl, kc);
-      kc = NULL;
-    }
-    pc = kc;
-  }
   if (pc) dbl_call_bound(cl, pc, 0);
-  else if ((rc = dbl_pool_get(cl, &pc, 0, e)) != 0) return rc;
-  char key[DBL_WAKE_KEY_MAX] = "";
+  else if ((rc = dbl_pool_get_owner(cl, &pc, 0, e)) != 0) return rc;
   dbl_op_init(&op, cl, pc, h, e);
   op.reentrant = !final;
-  if (kc) {
-    dbl_wake_key(cl, h->name, key);
-    op.q.wake_key = key; /* (the statement gives it up with the row) */
-  }
   rc = ask_again_if_unanswered(cl, h, &pc, &op, release_once, final, final, 0, "release",
                                &asked, e);
   if (rc == DBLOCK_ELOST && asked && cl->strat->released)
@@ -1084,15 +652,8 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
       if (rc == 0) dbl_pool_put(cl, pc);
       else dbl_pool_discard(cl, pc); /* transaction state unknown */
     }
-  } else if (kc && !asked && pc) {
-    /* Released: the statement gave the key up. Otherwise it may still be
-     * held: given up now, or closed with the connection. (No pc: its
-     * reply was lost, the key's connection was closed, and no fresh one
-     * could be had to ask again.) */
-    if (rc == DBLOCK_ECONN || cl->drv->broken(pc->c)) dbl_pool_discard(cl, pc);
-    else dbl_wake_drop(cl, pc, key, rc != 0);
   } else if (pc) {
-    dbl_pool_return(cl, pc, rc); /* (asked again: kc was closed, and its key with it) */
+    owner_done(cl, pc, rc); /* (the reserve until the entry goes: release_finish) */
   }
   return rc;
 }
@@ -1101,7 +662,7 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
  * hold fewer; the entry goes with its last handle or hold, after any
  * loss notification still owed for it. */
 static void release_finish(dblock_client *cl, struct dbl_held *h, int rc) {
-  dbl_pconn *pc = NULL, *kc = NULL;
+  dbl_pconn *pc = NULL;
   /* DBLOCK_ELOST is only ever returned after on_lost has fired (once). */
   if (rc == DBLOCK_ELOST) dbl_mark_lost(cl, h);
   dbl_lock(cl);
@@ -1109,13 +670,10 @@ static void release_finish(dblock_client *cl, struct dbl_held *h, int rc) {
   if (!h->lost && rc == 0) h->holds--;
   unclaim(cl, h);
   if (h->handles <= 0 || (!h->lost && h->holds <= 0)) {
-    /* A lost for_update lock still pins its (dead) connection, and a lost
-     * lock may still hold its wake key: close them, outside the mutex
-     * (closing takes it; closing ends the key's session, and the key). */
+    /* A lost for_update lock still pins its (dead) connection: close it,
+     * outside the mutex (closing takes it). */
     pc = h->pinned;
     h->pinned = NULL;
-    kc = h->keyconn;
-    h->keyconn = NULL;
     if (h->handles <= 0) {
       /* Declared lost by the watchdog while this release ran: if the
        * release still won (rc 0) the notification is moot; otherwise it is
@@ -1132,7 +690,7 @@ static void release_finish(dblock_client *cl, struct dbl_held *h, int rc) {
   }
   dbl_unlock(cl);
   if (pc) dbl_pool_discard(cl, pc);
-  if (kc) dbl_pool_discard(cl, kc);
+  dbl_pool_free_reserve(cl); /* (if it holds nothing now) */
 }
 
 int dblock_lock_release(dblock_lock *l) {
@@ -1195,7 +753,7 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
     int64_t p = dbl_ping_ms(cl);
     first = last = sent + (p < 1000 ? 1000 : p);
   }
-  if (!pc && (rc = dbl_pool_get_by(cl, &pc, 0, first, e)) != 0) return rc;
+  if (!pc && (rc = dbl_pool_get_owner(cl, &pc, first, e)) != 0) return rc;
   if (h->pinned) dbl_call_bound(cl, pc, first);
   dbl_op_init(&op, cl, pc, h, e);
   /* (The reply was lost, the call was cut, or the pooled connection had
@@ -1204,7 +762,7 @@ int dbl_renew_held(dblock_client *cl, struct dbl_held *h, dbl_err *e) {
   rc = ask_again_if_unanswered(cl, h, &pc, &op, renew_once, 1, 1, last, "renewal", &asked, e);
   if (!h->pinned) {
     if (!pc) return rc; /* (no connection for the second look) */
-    dbl_pool_return(cl, pc, rc);
+    owner_done(cl, pc, rc);
   } else {
     /* A ping cut after its answer came still took the session down. */
     if (dbl_call_end(cl, pc) || rc == DBLOCK_ECONN) rc = DBLOCK_ELOST;

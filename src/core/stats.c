@@ -73,7 +73,7 @@ int dblock_stats_openmetrics(char *buf, size_t size, const dblock_stats *s) {
       {"losses", "Held locks lost.", offsetof(dblock_stats, losses)},
       {"connects", "Database connections opened.", offsetof(dblock_stats, connects)},
       {"disconnects", "Database connections lost or cut.", offsetof(dblock_stats, disconnects)},
-      {"wakeups", "Waiters woken by a release's notification or given a name's wake key.",
+      {"wakeups", "Waiters woken by a release's notification or on the wake board.",
        offsetof(dblock_stats, wakeups)},
       {"notified", "Wake-ups that were notifications received by the client's listener.",
        offsetof(dblock_stats, notified)},

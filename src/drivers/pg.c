@@ -410,9 +410,7 @@ static int pg_set_lock_wait(dbl_conn *c, int64_t ms, dbl_err *e) {
   /* With it (once per connection), READ COMMITTED, which the statements
    * are written for, whatever a role or database default says: each
    * statement sees what committed before it, and one that finds a row
-   * changed since its snapshot re-reads it instead of failing. A waiter's
-   * attempt shares a transaction with its wait for the wake key (lock.c),
-   * and a snapshot from before that wait would fail every hand-over. */
+   * changed since its snapshot re-reads it instead of failing. */
   rc = pg_query(c,
                 "SELECT set_config('lock_timeout', ?, false), "
                 "set_config('default_transaction_isolation', 'read committed', false)",

@@ -11,25 +11,6 @@
 #include "stmt.h"
 
 
-/* The wake key (src/core/wake.c): a waiter that holds the name's GET_LOCK
- * key goes next. A row freed less than WAKE_HOLD_US ago (a release sets
- * renewed_at) is refused to every session but the key's holder — the
- * waiter the release just woke, on its way — so that a holder that
- * releases and asks again at once queues behind the waiters instead of
- * barging past them. Bounded in time, so that a key holder that stalled
- * or died (its session lingering on the server) never keeps the name from
- * others for longer; and by the row alone: a test of the key holder's
- * activity (information_schema.PROCESSLIST) cost every grant 0.2 ms,
- * because MariaDB fills that table before it evaluates anything. A lease
- * that ran out is not refused. NULL key (a reentrant hold, no wake-ups):
- * never refused. Never NULL either (a row that was never held has no
- * renewed_at): NOT NULL would refuse it for as long as the key is held.
- * Only a liveness rule: exclusion stays with the row. */
-#define WAKE_HOLD_US "100000"
-#define WAKE_REFUSED                                                            \
-  "IFNULL(state = 0 AND renewed_at > UTC_TIMESTAMP(6) - INTERVAL " WAKE_HOLD_US \
-  " MICROSECOND AND IS_USED_LOCK(?) <> CONNECTION_ID(), 0)"
-
 /* MySQL evaluates ON DUPLICATE KEY assignments left to right, each seeing
  * the columns already assigned; so the two conditions are computed once,
  * first, into session variables (@dbl_m: this owner holds it, @dbl_g: it
@@ -49,7 +30,7 @@ static const char INSERT_ACQUIRE[] =
     "    AND ? = 1)) "
     "  + (@dbl_g := (strategy <> 'for_update' AND (state = 0 "
     "    OR expires_at <= UTC_TIMESTAMP(6) OR (owner_token = VALUES(owner_token) "
-    "    AND owner_thread = VALUES(owner_thread) AND ? = 0)) AND NOT " WAKE_REFUSED ")) > 0, "
+    "    AND owner_thread = VALUES(owner_thread) AND ? = 0)))) > 0, "
     "  version + 1, version), "
     "hold_count = IF(@dbl_m, hold_count + 1, IF(@dbl_g, 1, hold_count)), "
     "fence = LAST_INSERT_ID(IF(@dbl_g, GREATEST(fence + 1, VALUES(fence)), fence)), "
@@ -63,13 +44,8 @@ static const char INSERT_ACQUIRE[] =
     "owner_thread = IF(@dbl_g, VALUES(owner_thread), owner_thread), "
     "expires_at = IF(@dbl_m OR @dbl_g, VALUES(expires_at), expires_at)";
 
-/* A release that holds the name's wake key gives it up inside the
- * statement (RELEASE_LOCK runs when the row matched; NULL key: nothing):
- * the next waiter's grant is on its way while this commit flushes, and
- * waits for it on the row lock. renewed_at: when the row was freed (see
- * WAKE_REFUSED). */
-#define FREE_KEY                                                               \
-  "hold_count = 0 * IFNULL(RELEASE_LOCK(?), 0), renewed_at = UTC_TIMESTAMP(6)"
+/* renewed_at: when the row was freed. */
+#define FREE_KEY "hold_count = 0, renewed_at = UTC_TIMESTAMP(6)"
 static const char INSERT_FREE[] =
     "UPDATE ${table} SET state = 0, " FREE_KEY ", version = version + 1 "
     "WHERE name = ? AND owner_token = ? AND owner_thread = ? AND fence = ? AND state = 1";
@@ -90,11 +66,11 @@ static const char OPT_CAS[] =
     "expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND "
     "WHERE name = ? AND (version = ? OR ? = -2) AND strategy <> 'for_update' "
     "AND (state = 0 OR expires_at <= UTC_TIMESTAMP(6) "
-    "  OR (owner_token = ? AND owner_thread = ?)) AND NOT " WAKE_REFUSED;
+    "  OR (owner_token = ? AND owner_thread = ?))";
 
 static const char OPT_READ[] =
     "SELECT version, (state = 1 AND expires_at > UTC_TIMESTAMP(6) AND NOT "
-    "(owner_token = ? AND owner_thread = ?)) OR " WAKE_REFUSED ", strategy "
+    "(owner_token = ? AND owner_thread = ?)), strategy "
     "FROM ${table} WHERE name = ?";
 
 static const char OPT_CREATE[] =
@@ -179,14 +155,6 @@ static const char LEASE_FREED[] =
     "SELECT version FROM ${table} WHERE name = ? AND owner_token = ? "
     "AND owner_thread = ? AND fence = ? AND state = 0";
 
-
-/* The wake key: wait up to the given µs for it (column: 1 got it, 0 the
- * wait ran out), and give it up. A user lock belongs to the session and
- * ends with it. */
-/* (a product, not a quotient: a quotient's scale follows the server's
- * div_precision_increment, and at 0 a 250 ms wait would round to none) */
-static const char WAKE_WAIT[] = "SELECT GET_LOCK(?, ? * 0.000001)";
-static const char WAKE_DROP[] = "DO RELEASE_LOCK(?)";
 
 static const char ROW_STRATEGY[] = "SELECT strategy FROM ${table} WHERE name = ?";
 
@@ -287,11 +255,11 @@ static const char EPOCH_VOUCH[] =
     "WHERE id = 1)";
 
 const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
-    [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "012345669", 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
-    [DBL_S_INSERT_FREE] = {INSERT_FREE, "40123", 0, DBL_OUT_NONE},
-    [DBL_S_OPT_FREE] = {OPT_FREE, "40123", 0, DBL_OUT_VERSION(DBL_FROM_INSERT_ID)},
-    [DBL_S_OPT_CAS] = {OPT_CAS, "0123410567701a", 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
-    [DBL_S_OPT_READ] = {OPT_READ, "0152", 1, DBL_OUT_NONE},
+    [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "01234566", 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
+    [DBL_S_INSERT_FREE] = {INSERT_FREE, NULL, 0, DBL_OUT_NONE},
+    [DBL_S_OPT_FREE] = {OPT_FREE, NULL, 0, DBL_OUT_VERSION(DBL_FROM_INSERT_ID)},
+    [DBL_S_OPT_CAS] = {OPT_CAS, "0123410567701", 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
+    [DBL_S_OPT_READ] = {OPT_READ, "012", 1, DBL_OUT_NONE},
     [DBL_S_OPT_CREATE] = {OPT_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_CREATE] = {FU_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_TAKE] = {FU_TAKE, "001234", 0, {DBL_FROM_INSERT_ID, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
@@ -322,8 +290,6 @@ const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
     [DBL_S_EPOCH_READ] = {EPOCH_READ, NULL, 1, DBL_OUT_NONE},
     [DBL_S_EPOCH_MOVE] = {NULL, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP_PICK] = {REAP_PICK, NULL, 1, DBL_OUT_NONE},
-    [DBL_S_WAKE_WAIT] = {WAKE_WAIT, NULL, 1, DBL_OUT_NONE},
-    [DBL_S_WAKE_DROP] = {WAKE_DROP, NULL, 0, DBL_OUT_NONE},
 };
 
 /* ---- procedures ---- */

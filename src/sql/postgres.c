@@ -27,38 +27,13 @@
   "AND q.ticket < ?::int8 AND (q.turn_until > statement_timestamp() "                \
   "OR (?::int4 = 1 AND q.alive_until > statement_timestamp())))"
 
-/* The wake key (src/core/wake.c) of a key text "dblock-" + 16 hex digits
- * (a ?::text parameter, named twice): an advisory lock in the two-int4
- * space, apart from applications' one-bigint keys. */
-#define PG_WAKE_KEY(p) \
-  "('x' || substr(" p ", 8, 8))::bit(32)::int4, ('x' || right(" p ", 8))::bit(32)::int4"
-
-/* Without notifications in the way, a waiter that holds the name's wake
- * key goes next: a row freed less than 100 ms ago (a release sets
- * renewed_at) is refused to a session while another session holds the key
- * — the waiter the release just woke, on its way — so that a holder that
- * releases and asks again at once queues behind the waiters instead of
- * barging past them. Whether another session holds it: a shared lock on
- * the key, taken for this transaction only, fails (a session's own locks
- * never conflict with its requests, so the key's holder is not refused).
- * Evaluated only for a row freed that recently, and bounded in time, so a
- * key holder that stalled never keeps the name from others for longer. A
- * lease that ran out is not refused; NULL key (a reentrant hold, fair
- * mode, no wake-ups) never; nor a row never held (renewed_at NULL).
- * Only a liveness rule: exclusion stays with the row. Logical parameter:
- * the key, three times. */
-#define WAKE_REFUSED_PG                                                                \
-  "COALESCE(l.state = 0 AND l.renewed_at > statement_timestamp() - "                  \
-  "interval '100 milliseconds' AND ?::text IS NOT NULL AND NOT "                      \
-  "pg_try_advisory_xact_lock_shared(" PG_WAKE_KEY("?::text") "), false)"
-
 /* The row is this owner's live hold (a reentrant acquire; a row it left
- * behind is taken afresh), or free or expired, nobody is ahead in the
- * queue and no woken waiter is on its way to it. */
+ * behind is taken afresh), or free or expired and nobody is ahead in the
+ * queue. */
 #define TAKEABLE_PG(tok, thr)                                                          \
   "((l.state = 1 AND l.expires_at > statement_timestamp() AND l.owner_token = " tok   \
   " AND l.owner_thread = " thr ") OR ((l.state = 0 OR l.expires_at <= "                \
-  "statement_timestamp()) AND " QUEUE_GUARD_PG " AND NOT " WAKE_REFUSED_PG "))"
+  "statement_timestamp()) AND " QUEUE_GUARD_PG "))"
 
 /* What every grant returns: the fence, the hold count, the expiry (µs
  * since the epoch, server clock) and the row version. */
@@ -86,12 +61,7 @@
  * lock is a WAL record, so every busy poll would cost a flushed commit —
  * and hold the row against the waiter the name was just handed to. When
  * it lets the INSERT through, the DO UPDATE's WHERE decides on the
- * newest row as before. The first attempt after a release handed the
- * wake key over (the logical parameter after the key) skips it: that
- * release gives the key up before its commit, which this statement's
- * snapshot may not see yet, while the DO UPDATE waits for that commit on
- * the row. Later attempts of a key holder that found the name held — the
- * head waiter — read first again.) */
+ * newest row as before.) */
 #define INSERT_ACQUIRE_BODY                                                            \
     "INSERT INTO ${schema}.${table} AS l (name, strategy, state, version, "            \
     "owner_host, owner_pid, owner_thread, owner_token, hold_count, fence, "            \
@@ -99,7 +69,7 @@
     "SELECT ?, 'insert', 1, 1, ?, ?::int8, ?::int8, ?, 1, "                             \
     DBL_PG_NEXT_FENCE ", statement_timestamp(), "                                      \
     "statement_timestamp(), statement_timestamp() + ?::int8 * interval '1 microsecond' " \
-    "WHERE ?::int4 = 1 OR NOT EXISTS (SELECT 1 FROM ${schema}.${table} AS l "         \
+    "WHERE NOT EXISTS (SELECT 1 FROM ${schema}.${table} AS l "         \
     "WHERE l.name = ? AND NOT "                                                        \
     TAKEABLE_PG("?", "?::int8") ") "                                                   \
     "ON CONFLICT (name) DO UPDATE SET "                                                \
@@ -127,9 +97,7 @@ static const char INSERT_ACQUIRE[] = INSERT_ACQUIRE_BODY;
  * before its WHERE, and that look is what kept a busy poll from a flushed
  * row lock. The ON CONFLICT form cost 2-2.5 × the server time of this one
  * per execution (EXPLAIN ANALYZE of the prepared statements, W1's row).
- * Not for a waiter just handed the wake key: its release gives the key
- * up before committing, and an UPDATE would skip the row as still held
- * where ON CONFLICT waits for that commit. Answers a row of zeros (fence
+ * Answers a row of zeros (fence
  * 0, never a token) when nothing was taken and the row is missing or its
  * lease has ended — a row the reaper may be deleting under this statement,
  * which an UPDATE would skip too: INSERT_ACQUIRE decides those. A row
@@ -206,16 +174,10 @@ static const char INSERT_QUEUED[] =
 #define NEXT_TURN_PG                                                                   \
   "(w.turn_until IS NULL OR w.turn_until > statement_timestamp()) "                    \
   "AND w.alive_until > statement_timestamp()"
-/* A release that holds the name's wake key (logical parameter 4, three
- * times; NULL: none) gives it up in the same statement, once the row
- * matched: the oldest waiter for the key gets it at once, and its grant,
- * on its way while this commit completes, waits for it on the row lock.
- * renewed_at: when the row was freed (see WAKE_REFUSED_PG). */
 #define HAND_OFF_PG(upd)                                                               \
   upd " RETURNING version, CASE WHEN EXISTS (SELECT 1 FROM ${schema}.${table}_queue q "   \
   "WHERE q.name = ${table}.name) THEN ${schema}.${table}_hand_off(name) END, "          \
-  "set_config('synchronous_commit', 'off', true), CASE WHEN ?::text IS NOT NULL THEN "   \
-  "pg_advisory_unlock(" PG_WAKE_KEY("?::text") ") END"
+  "set_config('synchronous_commit', 'off', true)"
 
 static const char INSERT_FREE[] = HAND_OFF_PG(
     "UPDATE ${schema}.${table} SET state = 0, hold_count = 0, version = version + 1, "
@@ -307,52 +269,6 @@ static const char QUEUE_LEAVE[] =
     "RETURNING CASE WHEN q.channel <> '' THEN pg_notify(q.channel, q.ticket::text) END, "
     "set_config('synchronous_commit', 'off', true)) "
     "SELECT (SELECT count(*) FROM n) FROM x";
-/* The wake key (src/core/lock.c waits for it with the attempt behind it,
- * in one pipeline, one implicit transaction): wait up to the given µs for
- * it — with a lock_timeout local to that transaction, put back to the one
- * found (the session's) once the key came, for the row (below) and the
- * attempt after it. A wait that ran out fails with 55P03 (busy), and the
- * attempt does not run (nor does it after a row wait that ran out, below:
- * the session then holds the key, which kc_unsure in lock.c deals with).
- * Each CTE reads the one before it, which orders the steps.
- *
- * A lock timeout that fires as the lock is granted leaves it granted
- * (PostgreSQL's LockErrorCleanup), and a session-level advisory lock
- * outlives the error: a waiter's connection may hold the key after a wait
- * that failed, and a second pg_advisory_lock would hold it twice (one
- * unlock would not free it). A waiter's connection holds no other session
- * lock (dblock takes none elsewhere: the migration lock is transaction
- * level), so each wait first gives up whatever its session holds, and so
- * does DROP — which never warns, as unlocking a lock not held would.
- * (No WAIT alone: every wait goes with its attempt.)
- *
- * Once the key came, and when the strategy asks (its flag: optimistic),
- * the name's row is locked as the grant will lock it (FOR NO KEY UPDATE):
- * a release gives the key up inside its statement, before its commit, and
- * the attempt behind this one takes its snapshot when it starts. Without
- * the wait for the releaser's commit here, an attempt that started first
- * saw the row still held: an UPDATE (optimistic's CAS) skipped it, and the
- * waiter handed the key spent two more round trips (a read, a CAS) on a
- * free name. That commit follows its statement at once; a row another
- * transaction keeps locked is waited for as the attempt itself would
- * (the session's lock_timeout, 1 s), and then the waiter goes on as after
- * a key wait that ran out. (A 100 ms bound made such a waiter send this
- * statement ten times a second, each an ERROR in the server's log.) A
- * for_update row (a mismatch, which the attempt answers) is not waited
- * for. insert's upsert waits for the commit itself, and the lock costs it
- * a WAL record per hand-over. Params: key, µs, name, flag. */
-static const char WAKE_TAKE[] =
-    "WITH o (v, u) AS MATERIALIZED (SELECT current_setting('lock_timeout'), "
-    "pg_advisory_unlock_all()), "
-    "t (s, a, b, v) AS MATERIALIZED (SELECT set_config('lock_timeout', "
-    "GREATEST(1, ?::int8 / 1000)::text, true), " PG_WAKE_KEY("?::text") ", o.v FROM o), "
-    "k (l, v) AS MATERIALIZED (SELECT pg_advisory_lock(t.a, t.b), t.v FROM t), "
-    "s (v) AS MATERIALIZED (SELECT set_config('lock_timeout', k.v, true) FROM k), "
-    "r (n) AS MATERIALIZED (SELECT 1 FROM ${schema}.${table} AS l, s WHERE l.name = ? "
-    "AND ?::int4 = 1 AND l.strategy <> 'for_update' FOR NO KEY UPDATE OF l) "
-    "SELECT 1, s.v FROM s, (SELECT count(*) FROM r) AS c";
-static const char WAKE_DROP[] = "SELECT pg_advisory_unlock_all()";
-
 /* Dead tickets (their waiter stopped refreshing them). Params: grace µs. */
 static const char QUEUE_REAP[] =
     "DELETE FROM ${schema}.${table}_queue WHERE alive_until < statement_timestamp() "
@@ -507,14 +423,14 @@ static const char EPOCH_VOUCH[] =
     "COMMIT";
 
 const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
-    [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "012345a0437899966678999", 1, {0, 1, 2, 3}},
-    [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "012345f04378eee66678eee9b0bdca9bc9b4378eee0", 1, {0, 1, 2, 3}},
-    [DBL_S_INSERT_TAKE] = {INSERT_TAKE, "66612345043789990", 1, {0, 1, 2, 3}},
-    [DBL_S_INSERT_FREE] = {INSERT_FREE, "0123444", 1, DBL_OUT_VERSION(0)},
-    [DBL_S_OPT_FREE] = {OPT_FREE, "0123444", 1, DBL_OUT_VERSION(0)},
-    [DBL_S_OPT_CAS] = {OPT_CAS, "012012012341056770189aaa", 1, {0, 1, 2, 3}},
-    [DBL_S_OPT_QUEUED] = {OPT_QUEUED, "012012012341056770189fffac6cedbacdac0189fff6", 1, {0, 1, 2, 3}},
-    [DBL_S_OPT_READ] = {OPT_READ, "01345552", 1, DBL_OUT_NONE},
+    [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "0123450437866678", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "01234504378666789b0bdca9bc9b43780", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_TAKE] = {INSERT_TAKE, "66612345043780", 1, {0, 1, 2, 3}},
+    [DBL_S_INSERT_FREE] = {INSERT_FREE, NULL, 1, DBL_OUT_VERSION(0)},
+    [DBL_S_OPT_FREE] = {OPT_FREE, NULL, 1, DBL_OUT_VERSION(0)},
+    [DBL_S_OPT_CAS] = {OPT_CAS, "012012012341056770189", 1, {0, 1, 2, 3}},
+    [DBL_S_OPT_QUEUED] = {OPT_QUEUED, "012012012341056770189ac6cedbacdac01896", 1, {0, 1, 2, 3}},
+    [DBL_S_OPT_READ] = {OPT_READ, "01342", 1, DBL_OUT_NONE},
     [DBL_S_OPT_CREATE] = {OPT_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_CREATE] = {FU_CREATE, NULL, 0, DBL_OUT_NONE},
     [DBL_S_FU_TAKE] = {FU_TAKE, "4120", 1, {0, DBL_FROM_NONE, DBL_FROM_NONE, DBL_FROM_NONE}},
@@ -538,8 +454,6 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_SERVER_NOW] = {NULL, NULL, 0, DBL_OUT_NONE}, /* RETURNING gives the expiry */
     [DBL_S_QUEUE_LEAVE] = {QUEUE_LEAVE, NULL, 1, DBL_OUT_NONE},
     [DBL_S_QUEUE_REAP] = {QUEUE_REAP, NULL, 0, DBL_OUT_NONE},
-    [DBL_S_WAKE_DROP] = {WAKE_DROP, "", 0, DBL_OUT_NONE},
-    [DBL_S_WAKE_TAKE] = {WAKE_TAKE, "10023", 1, DBL_OUT_NONE},
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_LIST] = {MIG_LIST, NULL, 1, DBL_OUT_NONE},
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},

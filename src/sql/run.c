@@ -57,31 +57,6 @@ int dbl_sql_run(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp, d
   return 0;
 }
 
-int dbl_sql_run_after(const dbl_sqlrun *x, dbl_sid pre, const dbl_param *pp, int npp,
-                      int *pre_ran, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o,
-                      int keep) {
-  const dbl_sqldef *d = &x->defs[id], *dp = &x->defs[pre];
-  dbl_param p[MAX_BIND], q[MAX_BIND];
-  dbl_stmt st[2];
-  int rc;
-  memset(o, 0, sizeof *o);
-  *pre_ran = 0;
-  if (!d->sql || !dp->sql)
-    return dbl_err_set(x->e, DBLOCK_EUNSUPPORTED, "", 0, "statement %d after %d: not on this "
-                       "database", (int)id, (int)pre);
-  st[0].sql = x->sqls[pre];
-  st[1].sql = x->sqls[id];
-  if ((!(st[0].params = bind(dp, pp, npp, q, &st[0].nparams)) && npp) ||
-      (!(st[1].params = bind(d, lp, nlp, p, &st[1].nparams)) && nlp))
-    return dbl_err_set(x->e, DBLOCK_EINVAL, "", 0, "statement %d after %d: bad parameter map",
-                       (int)id, (int)pre);
-  rc = x->drv->pipeline(x->c, st, 2, &o->res, x->e);
-  *pre_ran = rc == 0 || x->e->stmt > 0;
-  if (rc != 0) return rc;
-  read_out(d, o, keep);
-  return 0;
-}
-
 int dbl_sql_run_locking(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp,
                         int64_t wait_ms, dbl_out *o) {
   const dbl_sqldef *d = &x->defs[id];

@@ -31,45 +31,39 @@
 
 typedef enum dbl_sid {
   /* insert strategy. Params: name, host, pid, thread, token, lease µs,
-   * reentrant flag, then the queue's two (below), the wake key (NULL:
-   * none; see WAKE_WAIT) and whether the caller was just handed it (0/1:
-   * PostgreSQL then waits on the row rather than reading it first). Out:
-   * the grant. Count 0 = busy. */
+   * reentrant flag, then the queue's two (below). Out: the grant. Count
+   * 0 = busy. */
   DBL_S_INSERT_ACQUIRE,
   /* The same for a blocking waiter, with its place in the wait queue
    * (only where the dialect has one, see queue.c). Params: INSERT_ACQUIRE's,
    * then the caller's ticket or INT64_MAX and the fair flag (these two
    * also for INSERT_ACQUIRE), then the ticket (0: none), join flag, the
-   * client's notification channel, alive window µs, turn length µs, the
-   * wake key and the just-handed flag. Out:
+   * client's notification channel, alive window µs and turn length µs. Out:
    * the grant, or (busy) one row: column 4 the ticket, 5 the row's
    * strategy, 6 whether the row keeps the caller out (see OPT_READ). */
   DBL_S_INSERT_QUEUED,
   /* The same attempt as INSERT_ACQUIRE (same params) where the dialect
    * has a cheaper form for a row that exists (NULL: it has not, and
-   * INSERT_ACQUIRE is run). Not for a caller just handed the wake key, nor
-   * a queued one. Out: the grant; or one row with fence 0 when the row is
+   * INSERT_ACQUIRE is run). Not for a queued caller. Out: the grant; or one row with fence 0 when the row is
    * missing, or its lease ended (the reaper may be deleting it): then run
    * INSERT_ACQUIRE. Count 0 = busy. */
   DBL_S_INSERT_TAKE,
   /* insert / optimistic release (final). Params: name, token, thread,
-   * fence, the wake key the releaser holds (NULL: none; given up with the
-   * row where the dialect has keys). Out: version (OPT_FREE, when the
+   * fence. Out: version (OPT_FREE, when the
    * dialect can say). Count 1 = freed. */
   DBL_S_INSERT_FREE,
   DBL_S_OPT_FREE,
   /* optimistic compare-and-set. Params: token, thread, reentrant flag,
    * host, pid, lease µs, name, version (-2: any), then as INSERT_ACQUIRE
-   * the queue's two, the wake key and the just-handed flag. Out: the
-   * grant. */
+   * the queue's two. Out: the grant. */
   DBL_S_OPT_CAS,
   /* (with the queue parameters as for INSERT_QUEUED after version: before,
    * fair for both; ticket, join, channel, alive, turn for QUEUED) */
   DBL_S_OPT_QUEUED,
   /* optimistic: read a row. Params: token, thread, name, then the queue's
-   * before-ticket and fair flag (as for INSERT_ACQUIRE), and the wake key.
-   * Columns: version, kept out (0/1: held by another owner, or someone
-   * ahead in the wait queue or holding the wake key), strategy. */
+   * before-ticket and fair flag (as for INSERT_ACQUIRE). Columns: version,
+   * kept out (0/1: held by another owner, or someone ahead in the wait
+   * queue), strategy. */
   DBL_S_OPT_READ,
   /* create a missing row, free. Params: name. */
   DBL_S_OPT_CREATE,
@@ -147,23 +141,6 @@ typedef enum dbl_sid {
   DBL_S_EPOCH_READ,
   DBL_S_EPOCH_MOVE,
   DBL_S_REAP_PICK,
-  /* The wake key (src/core/wake.c), where the server has named session
-   * locks (MariaDB's user locks, PostgreSQL's advisory locks): WAIT
-   * (params: key, µs; column 0: 1 got it, 0 the wait ran out) and DROP
-   * (params: key; gives up the key, or on PostgreSQL every session lock of
-   * the connection). A dialect has WAIT or TAKE (below); NULL both: no
-   * key. */
-  DBL_S_WAKE_WAIT,
-  DBL_S_WAKE_DROP,
-  /* The wait for the wake key sent in one round trip ahead of an attempt
-   * (dbl_sql_run_after): it must fail when the wait runs out (busy), so
-   * that the attempt runs only with the key held, and leave the
-   * attempt's own settings as they were. Params: as WAIT, then the name
-   * and whether to wait for the name's row once the key came (the
-   * strategy's key_sees_commit: a releaser gives the key up before its
-   * commit). PostgreSQL; not MariaDB (GET_LOCK answers 0, and its driver
-   * sends statements one by one), whose waiters wait, then attempt. */
-  DBL_S_WAKE_TAKE,
   DBL_S_COUNT
 } dbl_sid;
 
@@ -218,12 +195,6 @@ int dbl_sql_run(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp, d
  * driver (dbl_driver.lock_begin) with row-lock waits of wait_ms. */
 int dbl_sql_run_locking(const dbl_sqlrun *x, dbl_sid id, const dbl_param *lp, int nlp,
                         int64_t wait_ms, dbl_out *o);
-/* Runs statement pre (params pp) and then id as dbl_sql_run does, in one
- * pipeline: id runs only if pre succeeded, which *pre_ran says (also when
- * id then failed). */
-int dbl_sql_run_after(const dbl_sqlrun *x, dbl_sid pre, const dbl_param *pp, int npp,
-                      int *pre_ran, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o,
-                      int keep);
 /* Runs a parameterless statement as a script (SET, multi-statement);
  * 0 without a round trip where the dialect has none. */
 int dbl_sql_script(const dbl_sqlrun *x, dbl_sid id);

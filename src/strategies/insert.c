@@ -20,8 +20,7 @@
  *
  * Where a dialect has DBL_S_INSERT_TAKE (PostgreSQL), an attempt on a row
  * that exists is a plain UPDATE instead, cheaper in the server; the
- * INSERT runs when that one finds no row, and for a waiter just handed
- * the wake key (see postgres.c).
+ * INSERT runs when that one finds no row (see postgres.c).
  *
  * The statements are DBL_S_INSERT_* in src/sql/ (one per dialect).
  */
@@ -31,7 +30,7 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
   dbl_param p[7 + DBL_QUEUE_PARAMS];
   dbl_out o;
   char row[16] = "";
-  int rc, other, n, queued = op->q.channel != NULL, need_insert = 1;
+  int rc, other, n, queued = op->place.channel != NULL, need_insert = 1;
   (void)wait_ms;
   p[0] = DBL_TEXT(op->name, op->name_len);
   p[1] = DBL_STR(op->host);
@@ -49,7 +48,7 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
    * (a lock per job id), or less often than its lease, costs one
    * statement, not two; so does every later poll of an attempt that went
    * there (its look at the row first keeps a busy poll from locking it). */
-  if (!queued && !op->q.has_key && op->version_hint != -1 &&
+  if (!queued && op->version_hint != -1 &&
       op->defs[DBL_S_INSERT_TAKE].sql) {
     if ((rc = dbl_run(op, DBL_S_INSERT_TAKE, p, n, &o, 0)) != 0) return rc;
     /* (a grant has a fence and at least one hold: zeros are the answer
@@ -82,13 +81,12 @@ static int insert_hints_used(const dbl_sqldef *defs) {
 }
 
 static int insert_release(dbl_op *op, int final) {
-  dbl_param p[5];
+  dbl_param p[4];
   dbl_out o;
   int rc;
   if (!final) return dbl_lease_release_inner(op);
   dbl_owner_params(op, p);
-  p[4] = dbl_wake_key_param(op);
-  if ((rc = dbl_run(op, DBL_S_INSERT_FREE, p, 5, &o, 0)) != 0) return rc;
+  if ((rc = dbl_run(op, DBL_S_INSERT_FREE, p, 4, &o, 0)) != 0) return rc;
   return o.count == 1 ? 0 : DBLOCK_ELOST;
 }
 

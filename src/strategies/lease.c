@@ -20,10 +20,7 @@ static dbl_sqlrun runner(const dbl_op *op) {
 
 int dbl_run(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, dbl_out *o, int keep) {
   dbl_sqlrun x = runner(op);
-  int np = op->pre.np;
-  if (!np) return dbl_sql_run(&x, id, lp, nlp, o, keep);
-  op->pre.np = 0; /* (sent once: ahead of the first statement only) */
-  return dbl_sql_run_after(&x, op->pre.id, op->pre.p, np, &op->pre.ran, id, lp, nlp, o, keep);
+  return dbl_sql_run(&x, id, lp, nlp, o, keep);
 }
 
 int dbl_run_locking(dbl_op *op, dbl_sid id, const dbl_param *lp, int nlp, int64_t wait_ms,
@@ -107,33 +104,24 @@ int dbl_lease_released(dbl_op *op) {
 }
 
 int dbl_queue_params(const dbl_op *op, dbl_param *p) {
-  int n = 2;
-  p[0] = DBL_I64(op->q.ticket ? op->q.ticket : INT64_MAX);
-  p[1] = DBL_I64(op->q.fair);
-  if (op->q.channel) {
-    p[2] = DBL_I64(op->q.ticket);
-    p[3] = DBL_I64(1);
-    p[4] = DBL_STR(op->q.channel);
-    p[5] = DBL_I64(op->q.alive_us);
-    p[6] = DBL_I64(op->q.turn_us);
-    n = 7;
-  }
-  p[n] = dbl_wake_key_param(op);
-  p[n + 1] = DBL_I64(op->q.has_key);
-  return n + 2;
-}
-
-dbl_param dbl_wake_key_param(const dbl_op *op) {
-  dbl_param none = {.type = DBL_P_NULL};
-  return op->q.wake_key ? DBL_STR(op->q.wake_key) : none;
+  const dbl_place *w = &op->place;
+  p[0] = DBL_I64(w->ticket ? w->ticket : INT64_MAX);
+  p[1] = DBL_I64(w->fair);
+  if (!w->channel) return 2;
+  p[2] = DBL_I64(w->ticket);
+  p[3] = DBL_I64(1);
+  p[4] = DBL_STR(w->channel);
+  p[5] = DBL_I64(w->alive_us);
+  p[6] = DBL_I64(w->turn_us);
+  return 7;
 }
 
 int dbl_queue_answer(dbl_op *op, dbl_out *o, char *strategy, size_t size) {
   int64_t t = o->res.nrows == 1 ? dbl_res_i64(&o->res, 0, 4) : 0;
   int busy = t > 0 || o->count == 0;
   const char *st = t > 0 ? dbl_res_get(&o->res, 0, 5) : NULL;
-  op->q.ticket = t > 0 ? t : 0;
-  op->q.kept_out = t > 0 ? dbl_res_i64(&o->res, 0, 6) != 0 : 1;
+  op->place.ticket = t > 0 ? t : 0;
+  op->place.kept_out = t > 0 ? dbl_res_i64(&o->res, 0, 6) != 0 : 1;
   if (strategy) snprintf(strategy, size, "%s", st ? st : "");
   dbl_res_clear(&o->res);
   return busy;

@@ -31,16 +31,13 @@ void dbl_owner_params(const dbl_op *op, dbl_param *p);
 /* Server now + lease, for backends whose UPDATE cannot return it. */
 int64_t dbl_estimate_expiry(const dbl_op *op);
 /* Appends the wait queue's logical parameters to an acquire statement's
- * (stmt.h: before-ticket and fair; with op->q.channel also ticket, join,
- * channel, alive, turn; then the wake key and whether the key was just
- * handed to this session, op->q.has_key) and returns how many: p needs
- * room for DBL_QUEUE_PARAMS. */
-#define DBL_QUEUE_PARAMS 9
+ * (stmt.h: before-ticket and fair; with op->place.channel also ticket,
+ * join, channel, alive, turn) and returns how many: p needs room for
+ * DBL_QUEUE_PARAMS. */
+#define DBL_QUEUE_PARAMS 7
 int dbl_queue_params(const dbl_op *op, dbl_param *p);
-/* The wake key as a parameter (SQL NULL when op has none). */
-dbl_param dbl_wake_key_param(const dbl_op *op);
 /* Reads a queued statement's answer (run with keep; clears o->res):
- * 1 if busy — op->q.ticket is the caller's ticket, op->q.kept_out whether
+ * 1 if busy — op->place.ticket is the caller's ticket, op->place.kept_out whether
  * the row keeps it out, and *strategy (if not NULL) gets the row's
  * strategy when the row exists, else "" — 0 if granted (the ticket is
  * gone with it). */

@@ -24,12 +24,12 @@
 #include "lease.h"
 
 /* One compare-and-set at version v. Returns 0 (granted), DBLOCK_EBUSY (no
- * row matched), or an error. A queued CAS (op->q.channel) also names the
+ * row matched), or an error. A queued CAS (op->place.channel) also names the
  * row's strategy in row ("" when there is no row). */
 static int cas(dbl_op *op, int64_t v, char *row, size_t size) {
   dbl_param p[8 + DBL_QUEUE_PARAMS];
   dbl_out o;
-  int rc, n, queued = op->q.channel != NULL;
+  int rc, n, queued = op->place.channel != NULL;
   p[0] = DBL_STR(op->token);
   p[1] = DBL_I64(op->thread);
   p[2] = DBL_I64(op->reentrant ? 1 : 0);
@@ -51,7 +51,7 @@ static int cas(dbl_op *op, int64_t v, char *row, size_t size) {
 /* Reads the row's version and whether another owner holds it, creating
  * the row if missing. */
 static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
-  dbl_param p[6];
+  dbl_param p[5];
   dbl_out o;
   int rc;
   const char *strategy;
@@ -64,8 +64,7 @@ static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
     p[3] = qp[0];
     p[4] = qp[1];
   }
-  p[5] = dbl_wake_key_param(op);
-  if ((rc = dbl_run(op, DBL_S_OPT_READ, p, 6, &o, 1)) != 0) return rc;
+  if ((rc = dbl_run(op, DBL_S_OPT_READ, p, 5, &o, 1)) != 0) return rc;
   if (o.res.nrows == 0) {
     dbl_res_clear(&o.res);
     if ((rc = dbl_run(op, DBL_S_OPT_CREATE, p + 2, 1, &o, 0)) != 0) return rc;
@@ -104,10 +103,9 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
   /* A queued attempt says itself why it missed (below), so a waiter
    * without a hint tries the CAS at any version first: it takes its
    * ticket with it. */
-  if (op->q.channel && v == -1) v = VERSION_ANY;
-  /* Woken on the board, or just handed the wake key by a release: the
-   * hint is stale (the name went round since). */
-  int woken = (op->q.board_woken || op->q.has_key) && !op->reentrant;
+  if (op->place.channel && v == -1) v = VERSION_ANY;
+  /* Woken by a release: the hint is stale (the name went round since). */
+  int woken = op->place.woken && !op->reentrant;
   if (woken) v = VERSION_ANY;
   /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
    * with that one statement: reading first would cost it a second round
@@ -118,9 +116,9 @@ static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
     /* A queued CAS says why it missed. Kept out (held, or someone ahead
      * in the queue): wait. Not kept out: only the version was stale —
      * take the free row at whatever version, at once. */
-    if (op->q.channel && row[0] && strcmp(row, "for_update") != 0) {
+    if (op->place.channel && row[0] && strcmp(row, "for_update") != 0) {
       op->version_hint = VERSION_ANY;
-      if (!op->q.kept_out && (rc = cas(op, VERSION_ANY, row, sizeof row)) != DBLOCK_EBUSY)
+      if (!op->place.kept_out && (rc = cas(op, VERSION_ANY, row, sizeof row)) != DBLOCK_EBUSY)
         return rc;
       op->taken = 1;
       return DBLOCK_EBUSY;
@@ -157,8 +155,7 @@ static int optimistic_release(dbl_op *op, int final) {
   int rc;
   if (!final) return dbl_lease_release_inner(op);
   dbl_owner_params(op, p);
-  p[4] = dbl_wake_key_param(op);
-  if ((rc = dbl_run(op, DBL_S_OPT_FREE, p, 5, &o, 0)) != 0) return rc;
+  if ((rc = dbl_run(op, DBL_S_OPT_FREE, p, 4, &o, 0)) != 0) return rc;
   if (o.count != 1) return DBLOCK_ELOST;
   op->g.version = o.v[DBL_O_VERSION];
   return 0;
@@ -174,5 +171,4 @@ const dbl_strategy dbl_strategy_optimistic = {
     .renew = dbl_lease_renew,
     .released = dbl_lease_released,
     .version_hints = 1,
-    .key_sees_commit = 1, /* (the CAS is an UPDATE) */
 };

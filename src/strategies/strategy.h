@@ -22,6 +22,22 @@ typedef struct dbl_grant {
   int64_t version;    /* row version after our last change */
 } dbl_grant;
 
+/* A waiter's place in line (src/core/wait.c, queue.c). In: its ticket
+ * (0: none), fair mode, and — when channel is set — run the queued
+ * statement: take a ticket if this attempt fails (notified on channel),
+ * with this alive window and turn length (µs); woken: a release just woke
+ * this waiter, so any row version known is stale. Out: the ticket (0
+ * after a grant, or when none is held), and on a busy queued answer
+ * whether the row itself keeps the caller out. */
+typedef struct dbl_place {
+  int64_t ticket;
+  int fair;
+  const char *channel;
+  int64_t alive_us, turn_us;
+  int kept_out;
+  int woken;
+} dbl_place;
+
 typedef struct dbl_op {
   const dbl_driver *drv;
   dbl_conn *conn;
@@ -46,44 +62,9 @@ typedef struct dbl_op {
   int taken;              /* out: the acquire statement answered "another owner
                              holds it" (not a lock wait or a deadlock: those
                              are DBLOCK_EBUSY too, with taken 0) */
-  /* The wait queue (src/core/queue.c). In: the caller's ticket (0:
-   * none), fair mode, and — when channel is set — run the queued statement:
-   * take a ticket if this attempt fails (notified on channel), with this
-   * alive window and turn length (µs). Out: the ticket (0 after a grant,
-   * or when none is held), and on a busy queued answer whether the row
-   * itself keeps the caller out. */
-  struct {
-    int64_t ticket;
-    int fair;
-    const char *channel;
-    int64_t alive_us, turn_us;
-    int kept_out;
-    /* The name's wake key (src/core/wake.c): a free row is refused, just
-     * after a release, to all but the key's holder. NULL: no key, and
-     * never refused (a reentrant hold, no wake-ups, or the key's holder). */
-    const char *wake_key;
-    /* 1: the first attempt on the session just handed the wake key,
-     * woken by a release that may not be visible to its snapshot yet: it
-     * skips the look at the row that spares busy polls a row lock, and
-     * waits on the row instead (PostgreSQL's insert); optimistic takes the
-     * row at any version and reads it on a miss. */
-    int has_key;
-    /* 1: the attempt follows a wake-up on the wake board
-     * (src/core/board.c), or a queueing behind one untried: the name was
-     * just freed, so any version known is stale, and a miss is worth a
-     * look at the row (deleted meanwhile?). */
-    int board_woken;
-  } q;
-  /* A statement the core sends ahead of the acquire's first, in the same
-   * round trip, which must succeed for that one to run (the wait for the
-   * wake key, DBL_S_WAKE_TAKE: lock.c). In: id and params (np 0: none);
-   * dbl_run consumes it. Out: ran, 1 when it succeeded. */
-  struct {
-    dbl_sid id;
-    dbl_param p[4];
-    int np;
-    int ran;
-  } pre;
+  /* The caller's place in line, which a waiting acquire's statement
+   * carries where the dialect has a wait queue (src/core/wait.c). */
+  dbl_place place;
   dbl_err *e;
 } dbl_op;
 
@@ -96,12 +77,6 @@ typedef struct dbl_strategy {
                           multi-primary cluster (Galera) another node grants
                           the same row at once and the conflict surfaces only
                           at COMMIT, after the critical section */
-  int key_sees_commit; /* its grant reads the row in the statement's
-                          snapshot (an UPDATE): a waiter just handed the
-                          wake key, whose releaser gave it up before
-                          committing, first waits for that commit (the
-                          core asks DBL_S_WAKE_TAKE to). An upsert waits
-                          for it itself. */
   /* One attempt. 0 = granted (op->h filled), DBLOCK_EBUSY = held by
    * another owner, DBLOCK_EMISMATCH, or an error. wait_ms is only used by
    * strategies that wait in the server (polling ones get 0). */
