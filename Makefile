@@ -68,7 +68,7 @@ ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(OPT) $(WARN) $(SANFLAGS) $(CHECKFLA
 LDLIBS    := $(PG_LIBS) $(MY_LIBS) $(LITE_LIBS) -lpthread
 ALL_LDFLAGS := $(SANFLAGS) $(LDFLAGS)
 
-LIB_SRC   := src/core/client.c src/core/error.c src/core/url.c src/core/lock.c \
+LIB_SRC   := src/base/url.c src/core/client.c src/core/pool.c src/core/error.c src/core/lock.c \
              src/core/watchdog.c src/core/admin.c src/core/migrate.c src/core/doctor.c src/core/cancel.c src/core/stats.c src/core/sync.c src/core/queue.c src/core/wait.c src/core/board.c \
              src/drivers/driver.c src/drivers/topology.c \
              $(if $(filter 1,$(WITH_PG)),src/drivers/pg.c) $(if $(filter 1,$(WITH_MYSQL)),src/drivers/mysql.c) \

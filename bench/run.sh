@@ -6,6 +6,11 @@
 #   bench/run.sh            full run: 1 s warm-up, 10 s window per measurement
 #   bench/run.sh --quick    smoke run: 0.05 s warm-up, 0.3 s window
 #   DBLOCK_BENCH_BACKENDS="postgres mysql" bench/run.sh   only some backends
+#   DBLOCK_BENCH_STRATEGIES="insert optimistic"             only some strategies
+#   DBLOCK_BENCH_WINDOW_MS=5000                             another window
+#   DBLOCK_BENCH_OLD_BIN=/old/tree/build/dblock-bench       an A/B run: every
+#     dblock row measured again with an older build, in the same run, shown
+#     in two more columns (old, new/old)
 #
 # Prints one table and writes every measurement as JSON lines to
 # build/bench.json. Exits non-zero if any measurement fails its check.
@@ -13,6 +18,9 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 warmup=1000 window=10000 quick=0
 [ "${1:-}" = "--quick" ] && { warmup=50 window=300 quick=1; }
+[ -n "${DBLOCK_BENCH_WINDOW_MS:-}" ] && window=$DBLOCK_BENCH_WINDOW_MS
+old_bin=${DBLOCK_BENCH_OLD_BIN:-}
+strategies=${DBLOCK_BENCH_STRATEGIES:-insert for_update optimistic}
 bin=${DBLOCK_BENCH_BIN:-build/dblock-bench}
 out=${DBLOCK_BENCH_JSON:-build/bench.json}
 tmp=${DBLOCK_TEST_TMP:-/tmp}
@@ -27,8 +35,8 @@ ratio() { # (numbers only: "-" for words such as the wake-up path, or a zero flo
     printf "%.2f", a / b; else print "-" }'
 }
 
-measure() { # label url strategy workload clients names mode
-  line=$("$bin" --url "$2" --strategy "$3" --workload "$4" --clients "$5" --names "$6" \
+measure() { # label url strategy workload clients names mode [binary]
+  line=$("${8:-$bin}" --url "$2" --strategy "$3" --workload "$4" --clients "$5" --names "$6" \
     --mode "$7" --warmup "$warmup" --window "$window" 2>"$tmp/bench.err") || {
     echo "bench: $1 $3 $4 $7 failed: $(tail -n 1 "$tmp/bench.err")" >&2
     line="{\"check\":\"FAIL\"}"
@@ -70,7 +78,18 @@ start_redis() {
 backends=${DBLOCK_BENCH_BACKENDS:-sqlite-full sqlite-normal postgres mysql redis}
 # (the smoke run skips sqlite-normal: the same code as sqlite-full)
 [ "$quick" = 1 ] && [ -z "${DBLOCK_BENCH_BACKENDS:-}" ] && backends="sqlite-full postgres mysql redis"
-printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' backend strategy wl metric dblock floor ratio check
+# One row: backend strategy workload metric dblock floor ratio check, and
+# with an old build, its figure and new/old.
+row() {
+  printf '%-13s %-10s %-3s %-28s %10s %10s %6s %-9s' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8"
+  [ -n "$old_bin" ] && printf ' %10s %7s' "${9:--}" "$(ratio "$5" "${9:-}")"
+  printf '\n'
+}
+if [ -n "$old_bin" ]; then
+  row backend strategy wl metric dblock floor ratio check old new/old
+else
+  row backend strategy wl metric dblock floor ratio check
+fi
 for be in $backends; do
   if [ "$be" = redis ]; then
     if start_redis; then
@@ -89,8 +108,7 @@ for be in $backends; do
         for m in $ms; do
           label=$m
           [ "$m" = statements_per_grant ] && label="statements/grant ($c clients)"
-          printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' redis set-nx "${wl%%-*}" \
-            "$label" "$(field "$d" $m)" - - "$(field "$d" check)"
+          row redis set-nx "${wl%%-*}" "$label" "$(field "$d" $m)" - - "$(field "$d" check)"
         done
       done
       stop_redis
@@ -105,7 +123,7 @@ for be in $backends; do
   postgres) url=$DBLOCK_TEST_PG_URL ;;
   mysql) url=$DBLOCK_TEST_MY_URL ;;
   esac
-  for st in insert for_update optimistic; do
+  for st in $strategies; do
     for wl in W1 W2 W3 W4-2 W4-8 W4-32; do
       case $wl in
       W1) c=1 n=1 ;; W2) c=8 n=1 ;; W3) c=8 n=10000 ;;
@@ -117,36 +135,30 @@ for be in $backends; do
       [ "$quick" = 1 ] && { [ "$wl" = W4-32 ] || [ "$wl" = W4-8 ]; } && continue
       d=$(measure "$be" "$url" "$st" "${wl%%-*}" "$c" "$n" dblock)
       f=$(measure "$be" "$url" "$st" "${wl%%-*}" "$c" "$n" floor)
+      o=
+      [ -n "$old_bin" ] && o=$(measure "$be-old" "$url" "$st" "${wl%%-*}" "$c" "$n" dblock "$old_bin")
       chk="$(field "$d" check)/$(field "$f" check)"
       case $wl in
-      W1) for m in grants_per_s cycle_p50_ms cycle_p99_ms; do
-            printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W1 "$m" \
-              "$(field "$d" $m)" "$(field "$f" $m)" "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk"
-          done ;;
-      W2) for m in grants_per_s wait_p99_ms wait_max_ms fairness wakeups_per_grant wake; do
-            printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W2 "$m" \
-              "$(field "$d" $m)" "$(field "$f" $m)" "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk"
-          done ;;
-      W3) for m in grants_per_s cycle_p50_ms cycle_p99_ms; do
-            printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W3 "$m" \
-              "$(field "$d" $m)" "$(field "$f" $m)" "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk"
-          done ;;
-      W4*) printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" "$st" W4 \
-             "statements/grant ($c clients)" "$(field "$d" statements_per_grant)" \
-             "$(field "$f" statements_per_grant)" \
-             "$(ratio "$(field "$d" statements_per_grant)" "$(field "$f" statements_per_grant)")" "$chk" ;;
+      W1|W3) ms="grants_per_s cycle_p50_ms cycle_p99_ms" ;;
+      W2) ms="grants_per_s wait_p99_ms wait_max_ms fairness wakeups_per_grant wake" ;;
+      W4*) ms=statements_per_grant ;;
       esac
+      for m in $ms; do
+        label=$m
+        [ "$m" = statements_per_grant ] && label="statements/grant ($c clients)"
+        row "$be" "$st" "${wl%%-*}" "$label" "$(field "$d" $m)" "$(field "$f" $m)" \
+          "$(ratio "$(field "$d" $m)" "$(field "$f" $m)")" "$chk" "$(field "$o" $m)"
+      done
     done
   done
-  [ "$be" = sqlite-normal ] && continue
+  { [ "$be" = sqlite-normal ] || [ -n "${DBLOCK_BENCH_STRATEGIES:-}" ]; } && continue
   w5=$(measure "$be" "$url" insert W5 1 1 dblock)
-  printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" insert W5 "rows/s deleted" \
-    "$(field "$w5" rows_per_s)" - - "$(field "$w5" check)"
-  printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" insert W5 "acquire max wait ms" \
-    "$(field "$w5" acquire_max_wait_ms)" - - "live $(field "$w5" live_survived)/1000"
+  row "$be" insert W5 "rows/s deleted" "$(field "$w5" rows_per_s)" - - "$(field "$w5" check)"
+  row "$be" insert W5 "acquire max wait ms" "$(field "$w5" acquire_max_wait_ms)" - - \
+    "live $(field "$w5" live_survived)/1000"
   mem=$(measure "$be" "$url" insert MEM 1 1 dblock)
-  printf '%-13s %-10s %-3s %-28s %10s %10s %6s %s\n' "$be" insert MEM "RSS MB for 10,000 held" \
-    "$(field "$mem" rss_growth_mb)" - - "$(field "$mem" check)"
+  row "$be" insert MEM "RSS MB for 10,000 held" "$(field "$mem" rss_growth_mb)" - - \
+    "$(field "$mem" check)"
 done
 echo "figures: $out"
 if [ "$fails" -ne 0 ]; then

@@ -8,8 +8,8 @@
  * GLOBAL max_connections = 100 — the figures of issue 35, where waiting
  * on a connection each made the server refuse new ones and holders lost
  * their locks). Every thread acquires a random name with a 30 s wait,
- * holds it 1 ms — one grant in 50 holds it 1.5 s, across a renewal of its
- * 3 s lease — and releases it, for 10 s. Every acquire must be granted
+ * holds it 1 ms — one grant in 50 holds it 2.5 s, across a renewal of its
+ * 6 s lease — and releases it, for 6 s. Every acquire must be granted
  * within its wait, with 0 overlaps (a holder slot per name in shared
  * memory), 0 connection errors, 0 locks lost, 0 failed releases; the
  * servers' peak connection count for the test's user is printed (and must
@@ -35,7 +35,7 @@
 #define THREADS 16
 #define NAMES 8
 #define LIMIT 100
-#define WINDOW_MS 10000
+#define WINDOW_MS 6000
 #define WAIT_MS 30000
 
 typedef struct shared {
@@ -76,7 +76,7 @@ static void *worker_thread(void *p) {
     atomic_fetch_add(&sh->grants, 1);
     if (!atomic_compare_exchange_strong(&sh->holder[k], &expected, w->me))
       atomic_fetch_add(&sh->overlaps, 1);
-    tu_sleep_ms(rand_r(&w->seed) % 50 == 0 ? 1500 : 1);
+    tu_sleep_ms(rand_r(&w->seed) % 50 == 0 ? 2500 : 1);
     expected = w->me;
     atomic_compare_exchange_strong(&sh->holder[k], &expected, 0);
     if ((rc = dblock_lock_release(l)) != 0) {
@@ -96,7 +96,7 @@ static void process_main(const char *url, dblock_strategy st, const char *table,
   o.strategy = st;
   o.table = table;
   o.pool_size = 1;
-  o.lease_ms = 3000;
+  o.lease_ms = 6000;
   o.on_lost = count_lost;
   o.on_lost_arg = sh;
   if (dblock_client_open(&c, url, &o) != 0) {

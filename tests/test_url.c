@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/url.h"
+#include "base/url.h"
 #include "testutil.h"
 
 static void parse_ok(const char *text, dbl_url *u) {

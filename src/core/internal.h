@@ -14,7 +14,8 @@
 #include "../drivers/driver.h"
 #include "../strategies/strategy.h"
 #include "dblock.h"
-#include "url.h"
+#include "../base/hash.h"
+#include "../base/url.h"
 
 /* A pooled connection and what the core learned when opening it. */
 typedef struct dbl_pconn {
@@ -210,6 +211,16 @@ int dbl_fail(dblock_client *cl, const dbl_err *e);
 int dbl_failf(dblock_client *cl, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* ---- connections (pool.c) ---- */
+/* Opens a connection whose connect may take until deadline_ms (0: the
+ * client's connect timeout), and enters it in cl->all. */
+int dbl_pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_err *e);
+/* Refuses what a topology cannot do safely for this client (a replica
+ * for writes, for_update on Galera): 0 or the refusal in e. */
+int dbl_topology_guard(const dblock_client *cl, const dbl_topology *t, dbl_err *e);
+/* The refusal of a call on a client dbl_foreign says this process may not
+ * use (DBLOCK_EINVAL), into e. */
+int dbl_fork_refusal(const dblock_client *cl, dbl_err *e);
 /* Borrows a connection (opening and setting up one if none is idle);
  * txn = 1 takes one from the pool reserved for lock transactions. */
 int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e);

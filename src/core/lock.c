@@ -188,20 +188,16 @@ static void attempt_done(dblock_client *cl, struct dbl_held *h, dbl_pconn *pc, i
   else dbl_pool_return(cl, pc, rc);
 }
 
-/* One attempt on a borrowed connection; wait_ms: how long it may wait in
- * the server (the server waiter only). *taken: busy because another
- * owner holds the name (not a lock wait or a deadlock). */
-static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_t wait_ms,
-                   uint64_t hash, int *taken, dbl_err *e) {
+/* Borrows the connection of an attempt and sets it up: polling strategies
+ * never mean to wait in the server — a row lock held by a for_update
+ * transaction on the same name (mixing strategies) must not block them for
+ * long; a lock transaction gets the server's idle limit. (Each sent once
+ * per connection.) */
+static int attempt_conn(dblock_client *cl, const dbl_waiting *w, dbl_pconn **out, dbl_err *e) {
+  int pins = cl->strat->pins_connection, rc;
   dbl_pconn *pc;
-  dbl_op op;
-  int rc, pins = cl->strat->pins_connection, slot = -1;
-  int64_t sent;
   rc = pins ? dbl_pool_get_by(cl, &pc, 1, 0, e) : dbl_pool_get_acq(cl, &pc, w->deadline, e);
   if (rc != 0) return rc;
-  /* Polling strategies never mean to wait in the server; a row lock held
-   * by a for_update transaction on the same name (mixing strategies) must
-   * not block them for long. Only sent once per connection. */
   if (!pins) rc = cl->drv->set_lock_wait(pc->c, 1000, e);
   else if (cl->drv->idle_guard) rc = cl->drv->idle_guard(pc->c, dbl_txn_idle_limit(cl), e);
   if (rc != 0) {
@@ -209,6 +205,71 @@ static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_
     dbl_pool_return(cl, pc, rc);
     return rc;
   }
+  *out = pc;
+  return 0;
+}
+
+/* An attempt that failed with rc because the server could not draw a
+ * safe fence is repaired and asked again, once: the server may have lost
+ * unflushed state since the epoch was vouched for (a crash, a promotion —
+ * or, on MariaDB, this session has not looked yet: fence.h), so the epoch
+ * is bumped durably; or the fence sequence is behind the name's row
+ * (moved back by hand, restored apart from the table), so it is moved past
+ * the row where the dialect can do that safely (MariaDB; elsewhere the
+ * caller gets an error that says what to do). epoch: repair the epoch (1)
+ * or the sequence (0). Returns the new result. */
+static int repair_and_retry(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h, dbl_op *op,
+                            dbl_waiting *w, int64_t wait_ms, uint64_t hash, int64_t *sent,
+                            int rc, int epoch, dbl_err *e) {
+  int moved = 0;
+  if (rc == 0 || rc == DBLOCK_ECANCELED || dbl_cancelled(cl)) return rc;
+  if (epoch ? !dbl_no_epoch(e) : !dbl_fence_behind(e)) return rc;
+  dbl_call_bound(cl, pc, 0); /* not the lease's window: nothing is granted */
+  rc = epoch ? dbl_epoch_bump(cl, pc, &moved, e)
+             : dbl_fence_catch_up(cl, pc, h->name, h->name_len, e);
+  if ((rc = dbl_call_check(cl, pc, rc, e)) != 0) return rc;
+  if (epoch && moved)
+    dbl_log(cl, DBLOCK_LOG_INFO,
+            "the server may have lost unflushed state (crash-restart or promotion): "
+            "fencing epoch advanced");
+  if (!epoch)
+    dbl_log(cl, DBLOCK_LOG_WARNING,
+            "lock '%s': the fence sequence was behind the name's last token (moved back, or "
+            "restored apart from the lock table): moved forward past it",
+            h->name);
+  return strategy_acquire(cl, pc, h, op, w, wait_ms, hash, sent, e);
+}
+
+/* Records an attempt's outcome: a grant's state in h (its lease clock
+ * from sent), and the name's version hint either way. */
+static void attempt_record(dblock_client *cl, struct dbl_held *h, const dbl_op *op, int rc,
+                           int64_t sent, uint64_t hash) {
+  if (rc == 0) {
+    dbl_lock(cl);
+    h->fence = op->g.fence;
+    h->holds = op->g.holds;
+    h->expires_us = op->g.expires_us;
+    h->version = op->g.version;
+    dbl_set_lease_clock(cl, h, sent);
+    dbl_unlock(cl);
+  }
+  /* (after a grant the row stays at least until the lease that began
+   * after sent ends: the reaper takes only rows whose lease ended) */
+  if (cl->hints && rc == 0) hint_put(cl, hash, h->version, sent + h->lease_ms);
+  else if (cl->hints) hint_put(cl, hash, op->version_hint, dbl_mono_ms() + cl->opts.lease_ms);
+}
+
+/* One attempt on a borrowed connection; wait_ms: how long it may wait in
+ * the server (the server waiter only). *taken: busy because another
+ * owner holds the name (not a lock wait or a deadlock). */
+static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_t wait_ms,
+                   uint64_t hash, int *taken, dbl_err *e) {
+  dbl_pconn *pc = NULL;
+  dbl_op op;
+  int rc, slot = -1;
+  int64_t sent = 0;
+  memset(&op, 0, sizeof op);
+  if ((rc = attempt_conn(cl, w, &pc, e)) != 0) return rc;
   /* A wait in the server is where a cancel must reach in: register the
    * connection with dblock_client_cancel (or, with no slot free, wait in
    * short pieces and let the loop look at the flag between them). */
@@ -218,36 +279,8 @@ static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_
    * the flag after it — one side always sees the other.) */
   if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
   else rc = strategy_acquire(cl, pc, h, &op, w, wait_ms, hash, &sent, e);
-  /* The server may have lost unflushed state since the epoch was vouched
-   * for (a crash, a promotion) — or, on MariaDB, this session has not yet
-   * looked (fence.h): bump it durably if need be and ask again, once. */
-  if (rc != 0 && rc != DBLOCK_ECANCELED && dbl_no_epoch(e) && !dbl_cancelled(cl)) {
-    int moved = 0;
-    dbl_call_bound(cl, pc, 0); /* not the lease's window: nothing is granted */
-    if ((rc = dbl_call_check(cl, pc, dbl_epoch_bump(cl, pc, &moved, e), e)) == 0) {
-      if (moved)
-        dbl_log(cl, DBLOCK_LOG_INFO,
-                "the server may have lost unflushed state (crash-restart or promotion): "
-                "fencing epoch advanced");
-      rc = strategy_acquire(cl, pc, h, &op, w, wait_ms, hash, &sent, e);
-    }
-  }
-  /* The fence sequence is behind this name's row (moved back by hand, or
-   * restored apart from the table): the grant refused a token that could
-   * repeat one already issued. Move the sequence past the row and ask
-   * again, once — where the dialect can do that safely (MariaDB); else the
-   * caller gets an error that says what to do (dbl_fence_catch_up). */
-  if (rc != 0 && rc != DBLOCK_ECANCELED && dbl_fence_behind(e) && !dbl_cancelled(cl)) {
-    dbl_call_bound(cl, pc, 0);
-    if ((rc = dbl_call_check(cl, pc, dbl_fence_catch_up(cl, pc, h->name, h->name_len, e), e)) ==
-        0) {
-      dbl_log(cl, DBLOCK_LOG_WARNING,
-              "lock '%s': the fence sequence was behind the name's last token (moved back, or "
-              "restored apart from the lock table): moved forward past it",
-              h->name);
-      rc = strategy_acquire(cl, pc, h, &op, w, wait_ms, hash, &sent, e);
-    }
-  }
+  rc = repair_and_retry(cl, pc, h, &op, w, wait_ms, hash, &sent, rc, 1, e);
+  rc = repair_and_retry(cl, pc, h, &op, w, wait_ms, hash, &sent, rc, 0, e);
   if (dbl_cancel_unwatch(cl, slot, pc)) {
     /* The cancel may have cut this connection, even after a grant came
      * back: closing it ends the session, and with it any row lock it took
@@ -262,21 +295,8 @@ static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_
    * are "busy", and the caller's wait policy decides what happens next. */
   if (rc == DBLOCK_ETIMEOUT || rc == DBLOCK_ERETRY) rc = DBLOCK_EBUSY;
   *taken = rc == DBLOCK_EBUSY && op.taken;
-  if (rc == 0) {
-    dbl_lock(cl);
-    h->fence = op.g.fence;
-    h->holds = op.g.holds;
-    h->expires_us = op.g.expires_us;
-    h->version = op.g.version;
-    dbl_set_lease_clock(cl, h, sent);
-    dbl_unlock(cl);
-    /* (the row stays at least until the lease that began after sent
-     * ends: the reaper takes only rows whose lease ended) */
-    if (cl->hints) hint_put(cl, hash, h->version, sent + h->lease_ms);
-  } else if (cl->hints) {
-    hint_put(cl, hash, op.version_hint, dbl_mono_ms() + cl->opts.lease_ms);
-  }
-  if (rc == 0 && pins && dbl_call_end(cl, pc)) {
+  attempt_record(cl, h, &op, rc, sent, hash);
+  if (rc == 0 && cl->strat->pins_connection && dbl_call_end(cl, pc)) {
     /* Cut just after its answer came: the session (and the row lock it
      * just took) is going away with the socket. Not a grant. */
     rc = dbl_err_set(e, DBLOCK_ECONN, "08006", 0,

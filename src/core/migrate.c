@@ -16,8 +16,7 @@
 
 /* FNV-1a 64 of the file as shipped, as 16 hex digits. */
 static void checksum(const char *s, char out[17]) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  uint64_t h = dbl_fnv1a(DBL_FNV_INIT, s);
   snprintf(out, 17, "%016llx", (unsigned long long)h);
 }
 

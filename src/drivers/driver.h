@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/url.h"
+#include "../base/url.h"
 #include "dblock.h"
 
 #define DBL_DRIVER_VERSION 7

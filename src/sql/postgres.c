@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/hash.h"
 #include "../drivers/driver.h"
 #include "fence.h"
 #include "stmt.h"
@@ -490,7 +491,7 @@ static int epoch_bump(const dbl_sqlrun *x, int *moved) {
  * table, so it ends with the migration's transaction. */
 static int migrate_lock(const dbl_sqlrun *x, int lock, int ok) {
   char key[96];
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h;
   dbl_param p;
   int rc;
   if (!lock) {
@@ -499,7 +500,7 @@ static int migrate_lock(const dbl_sqlrun *x, int lock, int ok) {
     return 0;
   }
   snprintf(key, sizeof key, "dblock-migrate-%s", x->table);
-  for (const char *s = key; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  h = dbl_fnv1a(DBL_FNV_INIT, key);
   if ((rc = x->drv->begin(x->c, x->e)) != 0) return rc;
   p = DBL_I64((int64_t)(h >> 1));
   return x->drv->query(x->c, "SELECT pg_advisory_xact_lock(?::int8)", &p, 1, NULL, x->e);
