@@ -5,7 +5,7 @@
 #   make check      the whole test suite against real SQLite, PostgreSQL and
 #                   MariaDB servers it starts itself (plus ASan/UBSan, TSan)
 #   make check-quick  the normal tree's suites only, for everyday work
-#   make bench      the benchmark (docs/BENCH.md; figures in the README)
+#   make bench      the benchmark (docs/BENCH.md)
 #   make install    PREFIX=/usr/local DESTDIR=
 #
 # SAN=asan or SAN=tsan builds an instrumented tree under build-$(SAN)/.
@@ -84,6 +84,7 @@ TESTS     := $(B)/test_url $(B)/test_driver $(B)/test_migrate $(B)/test_conforma
              $(B)/test_contention $(B)/test_bank $(B)/test_cli $(B)/test_reaper $(B)/test_topology \
              $(B)/test_scale
 HELPERS   := $(B)/lockhelper
+EXAMPLES  := $(B)/examples/basic_lock $(B)/examples/fenced_write $(B)/examples/worker_cancel
 
 SONAME    := libdblock.so.$(SOMAJOR)
 
@@ -92,7 +93,7 @@ all: lib programs $(B)/dblock.pc header-test $(B)/migrations-export/.stamp
 
 lib: $(B)/libdblock.a $(B)/libdblock.so
 programs: $(PROGRAMS) $(B)/dblock-bench
-tests: $(TESTS) $(HELPERS)
+tests: $(TESTS) $(HELPERS) $(EXAMPLES)
 
 # Objects depend on the backend choice: changing WITH_* rebuilds them.
 BACKENDS_STAMP := $(B)/.backends-$(WITH_PG)$(WITH_MYSQL)$(WITH_SQLITE)
@@ -163,6 +164,11 @@ $(B)/test_cli: tests/test_cli.c tests/cli_harness.h tests/cli_harness.c tests/te
 		$(B)/libdblock.a
 	$(CC) $(TEST_CFLAGS) -o $@ $< tests/cli_harness.c tests/testutil.c $(B)/libdblock.a $(ALL_LDFLAGS) \
 	  $(LDLIBS) -ljson-c -lcmocka
+# The examples (examples/) use the public header only, as a user's program
+# would; tests/check-examples.sh runs them.
+$(B)/examples/%: examples/%.c include/dblock.h $(B)/libdblock.a
+	@mkdir -p $(dir $@)
+	$(CC) $(PROG_CFLAGS) -o $@ $< $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 $(B)/lockhelper: tests/lockhelper.c $(B)/libdblock.a
 	$(CC) $(PROG_CFLAGS) -o $@ $< $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS)
 

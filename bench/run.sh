@@ -8,6 +8,7 @@
 #   DBLOCK_BENCH_BACKENDS="postgres mysql" bench/run.sh   only some backends
 #   DBLOCK_BENCH_STRATEGIES="insert optimistic"             only some strategies
 #   DBLOCK_BENCH_WINDOW_MS=5000                             another window
+#   DBLOCK_BENCH_WORKLOADS="W1 W2"                          only some workloads
 #   DBLOCK_BENCH_OLD_BIN=/old/tree/build/dblock-bench       an A/B run: every
 #     dblock row measured again with an older build, in the same run, shown
 #     in two more columns (old, new/old)
@@ -82,7 +83,8 @@ backends=${DBLOCK_BENCH_BACKENDS:-sqlite-full sqlite-normal postgres mysql redis
 # with an old build, its figure and new/old.
 row() {
   printf '%-13s %-10s %-3s %-28s %10s %10s %6s %-9s' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8"
-  [ -n "$old_bin" ] && printf ' %10s %7s' "${9:--}" "$(ratio "$5" "${9:-}")"
+  if [ -n "$old_bin" ] && [ "${9:-}" = old ]; then printf ' %10s %7s' old new/old
+  elif [ -n "$old_bin" ]; then printf ' %10s %7s' "${9:--}" "$(ratio "$5" "${9:-}")"; fi
   printf '\n'
 }
 if [ -n "$old_bin" ]; then
@@ -124,7 +126,7 @@ for be in $backends; do
   mysql) url=$DBLOCK_TEST_MY_URL ;;
   esac
   for st in $strategies; do
-    for wl in W1 W2 W3 W4-2 W4-8 W4-32; do
+    for wl in ${DBLOCK_BENCH_WORKLOADS:-W1 W2 W3 W4-2 W4-8 W4-32}; do
       case $wl in
       W1) c=1 n=1 ;; W2) c=8 n=1 ;; W3) c=8 n=10000 ;;
       W4-2) c=2 n=1 ;; W4-8) c=8 n=1 ;; W4-32) c=32 n=1 ;;

@@ -330,8 +330,8 @@ int dblock_strategy_parse(dblock_strategy *out, const char *name);
  * migration differs from the one built in), DBLOCK_EPERM, DBLOCK_ECONN, ... */
 int dblock_migrate(dblock_client *client, int *applied);
 
-/* Adopts a schema that another tool (Flyway, golang-migrate: see the
- * README) applied from dblock's shipped migrations: records as applied,
+/* Adopts a schema that another tool (Flyway, golang-migrate: see
+ * docs/operations.md) applied from dblock's shipped migrations: records as applied,
  * with this build's checksums, each migration whose objects are all in
  * the database — the longest run from the first — and runs none. Pending
  * ones are left for dblock_migrate. *recorded (may be NULL) receives how
@@ -419,7 +419,7 @@ int dblock_lock_renew(dblock_lock *lock);
  * this name before, in grant order — across holder and server crashes
  * (also a PostgreSQL crash-restart that keeps the postmaster), standby
  * promotion, poolers, reaped rows and, on SQLite, clocks that step (see the
- * README's fencing table for the limits: Galera, asynchronous standbys).
+ * docs/fencing.md for the limits: Galera, asynchronous standbys).
  * Reentrant holds share the first grant's token; an acquire by a thread
  * with no live hold on the name is always a fresh grant with a new token. */
 int64_t dblock_lock_fence(const dblock_lock *lock);

@@ -202,6 +202,11 @@ for tree in $trees; do
     esac
   done
 done
+if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = examples ]; then
+  # The examples, built and run against SQLite (their output is kept).
+  DBLOCK_TEST_TREE=build run_suite "tests/check-examples.sh" sh tests/check-examples.sh
+  [ "$f" -eq 0 ] && cat "$out" # (what they printed: shown on failure already)
+fi
 if [ -n "${DBLOCK_TEST_QUICK:-}" ]; then
   : # (make check-quick: the cmocka suites of the normal tree only)
 elif [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = test_topology ]; then

@@ -1869,7 +1869,7 @@ static void test_pooler_restart(void **s) {
 /* SQLite: processes whose clocks differ share one file. One 10 s behind
  * gets a fence above every fence handed out before (a released name and a
  * new one). One 40 s ahead sees a live 30 s lease as over: leases on
- * SQLite are measured by each process's own clock (README, known limits),
+ * SQLite are measured by each process's own clock (docs/limits.md),
  * so it takes the name; what must hold is that its fence is greater and
  * the holder's next call says lost. for_update: a file lock, no clock. */
 static void test_sqlite_clock_step(void **s) {

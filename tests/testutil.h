@@ -71,7 +71,7 @@ void tu_sql(const char *url, const char *sql, int64_t *count);
  * stopped. On SQLite (url) also between its writes: a process stopped
  * inside one of its short write transactions (a waiter's try, a renewal)
  * keeps the file's one write lock, and every other process's lock calls
- * wait for it (README, Known limits). A test that means to stall a client,
+ * wait for it (docs/limits.md). A test that means to stall a client,
  * not the database, gets one stopped while the file is free: it is let go
  * on (SIGCONT) and stopped again until then. On failure pid is killed and
  * reaped (a stopped process holding the file would stall every later test

@@ -398,6 +398,8 @@ int dbl_queue_possible(const dblock_client *cl);
 /* 1 if wake-ups reach this client (its listener is listening), waiting up
  * to wait_ms for that; the first call starts the listener. */
 int dbl_queue_ready(dblock_client *cl, int64_t wait_ms);
+/* 1 if this client's listener listens now (never starts it). */
+int dbl_queue_listening(dblock_client *cl);
 /* The client's notification channel (whether or not it listens yet). */
 const char *dbl_queue_channel(const dblock_client *cl);
 /* Sleeps up to ms or until ticket's turn is announced (returns 1), or a

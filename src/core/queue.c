@@ -188,6 +188,14 @@ int dbl_queue_ready(dblock_client *cl, int64_t wait_ms) {
   return ready;
 }
 
+int dbl_queue_listening(dblock_client *cl) {
+  int yes;
+  dbl_lock(cl);
+  yes = cl->lsn && cl->lsn->ready && !cl->lsn->stop;
+  dbl_unlock(cl);
+  return yes;
+}
+
 const char *dbl_queue_channel(const dblock_client *cl) { return cl->channel; }
 
 int dbl_queue_sleep(dblock_client *cl, int64_t ticket, int64_t ms) {

@@ -20,6 +20,8 @@
  *   TURN_MS         100     a turn handed to a waiter by a release keeps
  *                           newcomers off the name that long (fair mode:
  *                           the alive window): no barging (W2 fairness)
+ *   QUEUE_FIRST     on      a client that has waited before queues with
+ *                           its first attempt (PostgreSQL W2/W4)
  *   LISTEN_WAIT_MS  1000    the first waiter of a client waits this long
  *                           for its listener's LISTEN, so that a process
  *                           that waits once (`dblock run`) is woken too
@@ -40,6 +42,12 @@
 #define TURN_MS 100
 #define LISTEN_WAIT_MS 1000
 #define BOARD_MISSES 3
+/* A client whose listener listens (it waited before) queues with a blocking
+ * acquire's first attempt: one statement less per hand-over (the A/B is in
+ * docs/waiting.md). */
+#ifndef QUEUE_FIRST
+#define QUEUE_FIRST 1
+#endif
 
 void dbl_wait_init(dbl_waiting *w, dblock_client *cl, const char *name, int64_t wait_ms) {
   memset(w, 0, sizeof *w);
@@ -139,13 +147,16 @@ static const dbl_waiter waiter_server = {
 
 /* A blocking attempt queues (takes or keeps a ticket) once its client can
  * be notified, and always in fair mode (a newcomer's ticket is what keeps
- * it behind older ones); a try never does. */
+ * it behind older ones); a try never does. A client that listens already
+ * (it has waited before) queues with its first attempt; one that never
+ * waited runs the plain statement first (QUEUE_FIRST below). */
 static int queue_before(dbl_waiting *w) {
   dblock_client *cl = w->cl;
   int64_t alive = dbl_wait_poll_ms(cl, w->lease_ms) * 4;
   w->place.fair = cl->opts.fair;
   w->queued = w->wait_ms != 0 && !w->reentrant &&
-              (w->place.ticket || cl->opts.fair || (w->tries > 0 && dbl_queue_ready(cl, 0)));
+              (w->place.ticket || cl->opts.fair ||
+               (w->tries > 0 ? dbl_queue_ready(cl, 0) : QUEUE_FIRST && dbl_queue_listening(cl)));
   w->place.channel = w->queued ? dbl_queue_channel(cl) : NULL;
   w->place.alive_us = alive * 1000;
   w->place.turn_us = (cl->opts.fair || alive < TURN_MS ? alive : TURN_MS) * 1000;

