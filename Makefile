@@ -89,7 +89,7 @@ EXAMPLES  := $(B)/examples/basic_lock $(B)/examples/fenced_write $(B)/examples/w
 SONAME    := libdblock.so.$(SOMAJOR)
 
 .PHONY: all lib programs tests header-test demo check check-quick bench install uninstall clean
-all: lib programs $(B)/dblock.pc header-test $(B)/migrations-export/.stamp
+all: lib programs $(B)/dblock.pc header-test $(B)/migrations-export/.stamp $(B)/man3/.stamp
 
 lib: $(B)/libdblock.a $(B)/libdblock.so
 programs: $(PROGRAMS) $(B)/dblock-bench
@@ -202,6 +202,14 @@ $(B)/migrations-export/.stamp: $(MIGRATIONS) $(wildcard migrations/*/down/*.sql)
 	sh tools/export-migrations.sh migrations $(B)/migrations-export
 	touch $@
 
+# man 3: one page per group of functions, and a .so alias per function,
+# generated from the header (tools/gen-man3.sh), so they cannot drift;
+# man/dblock.3 is the overview.
+$(B)/man3/.stamp: include/dblock.h man/dblock.3 tools/gen-man3.sh
+	@mkdir -p $(B)/man3
+	sh tools/gen-man3.sh include/dblock.h $(B)/man3 man/dblock.3
+	touch $@
+
 # The public header compiles alone, strictly.
 header-test: $(B)/.header-ok
 $(B)/.header-ok: include/dblock.h
@@ -233,7 +241,8 @@ bench:
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) \
-	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8
+	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
+	  $(DESTDIR)$(MANDIR)/man3
 	install -m 644 include/dblock.h $(DESTDIR)$(INCDIR)/
 	install -m 644 $(B)/libdblock.a $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(B)/libdblock.so.$(VERSION) $(DESTDIR)$(LIBDIR)/
@@ -259,6 +268,7 @@ install: all
 	install -m 644 dist/systemd/dblock-reaper.timer $(DESTDIR)$(DATADIR)/dblock/systemd/
 	for m in man/*.1; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man1/ || true; done
 	for m in man/*.8; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man8/ || true; done
+	install -m 644 $(B)/man3/*.3 man/dblock.3 $(DESTDIR)$(MANDIR)/man3/
 
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/dblock.h $(DESTDIR)$(LIBDIR)/libdblock.a \
@@ -266,7 +276,8 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/libdblock.so $(DESTDIR)$(LIBDIR)/pkgconfig/dblock.pc \
 	  $(DESTDIR)$(BINDIR)/dblock $(DESTDIR)$(BINDIR)/dblock-bank $(DESTDIR)$(SBINDIR)/dblock-reaper \
 	  $(DESTDIR)$(MANDIR)/man1/dblock.1 $(DESTDIR)$(MANDIR)/man1/dblock-bank.1 \
-	  $(DESTDIR)$(MANDIR)/man8/dblock-reaper.8
+	  $(DESTDIR)$(MANDIR)/man8/dblock-reaper.8 \
+	  $(DESTDIR)$(MANDIR)/man3/dblock.3 $(DESTDIR)$(MANDIR)/man3/dblock_*.3
 	rm -rf $(DESTDIR)$(DATADIR)/dblock
 
 clean:

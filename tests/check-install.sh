@@ -64,6 +64,14 @@ if [ -x "$exe" ] && [ "$exe" = "$tmp/prefix/sbin/dblock-reaper" ] &&
     grep -q '^OnCalendar=' "$share/systemd/dblock-reaper.timer"; then
   ok "systemd service and timer for the reaper installed"
 else ko "systemd service and timer for the reaper installed" "ExecStart=$exe"; fi
+# man 3 from the install prefix: the overview, and a function's page (a
+# .so alias of its group's page, generated from dblock.h).
+man3=$tmp/prefix/share/man
+if [ -e "$man3/man3/dblock.3" ] && [ -e "$man3/man3/dblock_lock_acquire.3" ] &&
+    { ! command -v man >/dev/null 2>&1 ||
+      MANPAGER=cat man -M "$man3" 3 dblock_lock_acquire 2>/dev/null | grep -q 'int dblock_lock_acquire'; }; then
+  ok "man 3 dblock_lock_acquire from the install prefix"
+else ko "man 3 dblock_lock_acquire from the install prefix" "$(ls "$man3/man3" 2>&1 | head -5)"; fi
 # Backends are optional: a build without PostgreSQL and MariaDB links no
 # client library of theirs, refuses their URLs with DBLOCK_EUNSUPPORTED
 # (exit 1, a clear message), and the demo runs on SQLite.
