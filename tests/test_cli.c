@@ -597,7 +597,7 @@ static void t_baseline(const char *be) {
   cv_addl(&c, "migrate", "--status", "--json", NULL);
   r = run(&c, 30000);
   expect_code(&r, &c, 0);
-  v = jparse(r.out, cmdline(&c));
+  v = jget(jparse(r.out, cmdline(&c)), "migrations");
   if (!json_object_is_type(v, json_type_array) || (int)jlen(v) != total ||
       !jbool(jat(v, 0), "applied", r.out) || !jbool(jat(v, 1), "applied", r.out) ||
       jbool(jat(v, 2), "applied", r.out) || !jbool(jat(v, 0), "checksum_ok", r.out))
@@ -709,8 +709,13 @@ static void t_list_json(const char *be) {
   r = run(&c, 15000);
   expect_code(&r, &c, 0);
   v = jparse(r.out, cmdline(&c));
+  /* (every --json output is an object whose first key is the version) */
+  static const char lead[] = "{\"version\":\"" DBLOCK_VERSION_STRING "\",";
+  if (strncmp(r.out, lead, sizeof lead - 1) != 0)
+    fail_msg("`%s`: no leading \"version\" key: %s", cmdline(&c), r.out);
+  v = jget(v, "locks");
   if (!json_object_is_type(v, json_type_array))
-    fail_msg("`%s`: not a JSON array: %s", cmdline(&c), r.out);
+    fail_msg("`%s`: no \"locks\" array: %s", cmdline(&c), r.out);
   for (size_t k = 0; k < jlen(v); k++) {
     json_object *row = jat(v, k), *nm = jget(row, "name");
     if (!json_object_is_type(row, json_type_object))

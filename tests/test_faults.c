@@ -872,17 +872,8 @@ static void test_one_connection_stalled(void **s) {
   dblock_client_free(b);
 }
 
-/* Runs sql through the admin client named by env (psql -c / mariadb -e):
- * the servers' superuser, for what the test user may not do. */
-static void admin_sql(const char *env, const char *flag, const char *sql) {
-  char cmd[1024];
-  const char *admin = getenv(env);
-  assert_non_null(admin);
-  snprintf(cmd, sizeof cmd, "%s %s \"%s\" >/dev/null", admin, flag, sql);
-  if (system(cmd) != 0) fail_msg("failed: %s", cmd);
-}
-static void my_admin(const char *sql) { admin_sql("DBLOCK_TEST_MY_ADMIN", "-e", sql); }
-static void pg_admin(const char *sql) { admin_sql("DBLOCK_TEST_PG_ADMIN", "-c", sql); }
+static void my_admin(const char *sql) { tu_admin_sql("mysql", sql); }
+static void pg_admin(const char *sql) { tu_admin_sql("postgres", sql); }
 
 /* A server idle limit shorter than the lock's pings must not end a held
  * for_update transaction silently: PostgreSQL's role setting

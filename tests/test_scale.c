@@ -147,26 +147,15 @@ static void *sample_main(void *p) {
   return NULL;
 }
 
-/* Runs sql through the admin client named by env (psql -c / mariadb -e). */
-static void admin_sql(const char *env, const char *flag, const char *sql) {
-  char cmd[1024];
-  const char *admin = getenv(env);
-  assert_non_null(admin);
-  snprintf(cmd, sizeof cmd, "%s %s \"%s\" >/dev/null", admin, flag, sql);
-  if (system(cmd) != 0) fail_msg("failed: %s", cmd);
-}
-
 /* The server accepts LIMIT connections for the test's user (on = 1), or
  * as many as before (on = 0). */
 static void limit_connections(const char *backend, int on) {
   char sql[128];
-  if (strcmp(backend, "postgres") == 0) {
+  if (strcmp(backend, "postgres") == 0)
     snprintf(sql, sizeof sql, "ALTER ROLE dblock CONNECTION LIMIT %d", on ? LIMIT : -1);
-    admin_sql("DBLOCK_TEST_PG_ADMIN", "-c", sql);
-  } else {
+  else
     snprintf(sql, sizeof sql, "SET GLOBAL max_connections = %d", on ? LIMIT : 300);
-    admin_sql("DBLOCK_TEST_MY_ADMIN", "-e", sql);
-  }
+  tu_admin_sql(backend, sql);
 }
 
 static void run_pair(const char *backend, dblock_strategy st) {

@@ -157,6 +157,15 @@ void tu_sql(const char *url, const char *sql, int64_t *count) {
   d->close(c);
 }
 
+void tu_admin_sql(const char *backend, const char *sql) {
+  char cmd[1024];
+  int pg = strcmp(backend, "postgres") == 0;
+  const char *admin = getenv(pg ? "DBLOCK_TEST_PG_ADMIN" : "DBLOCK_TEST_MY_ADMIN");
+  assert_non_null(admin);
+  snprintf(cmd, sizeof cmd, "%s %s \"%s\" >/dev/null", admin, pg ? "-c" : "-e", sql);
+  if (system(cmd) != 0) fail_msg("failed: %s", cmd);
+}
+
 int tu_all_threads_stopped(int pid) {
   char path[64];
   for (int i = 0; i < 400; i++) {

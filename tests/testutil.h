@@ -67,6 +67,10 @@ struct dbl_conn *tu_conn(const char *url, const struct dbl_driver **drv);
  * *count. Fails the test on error. */
 void tu_sql(const char *url, const char *sql, int64_t *count);
 
+/* Runs sql as the server's superuser, for what the test user may not do,
+ * through the admin client with-servers.sh exports for backend
+ * ("postgres": psql -c; "mysql": mariadb -e). Fails the test on error. */
+void tu_admin_sql(const char *backend, const char *sql);
 /* Stops process pid (SIGSTOP) and returns once every thread of it is
  * stopped. On SQLite (url) also between its writes: a process stopped
  * inside one of its short write transactions (a waiter's try, a renewal)

@@ -8,24 +8,48 @@
 #include <string.h>
 #include <time.h>
 
+/* Largest duration cli_duration accepts, in ms (about 285 years). */
+#define DURATION_MAX_MS 9000000000000000LL
+
+/* Reads the run of decimal digits at *p into *value (saturating just
+ * above DURATION_MAX_MS) and advances *p past it. Returns how many digits
+ * there were. */
+static int read_digits(const char **p, int64_t *value) {
+  int n = 0;
+  *value = 0;
+  for (; **p >= '0' && **p <= '9'; (*p)++, n++)
+    if (*value <= DURATION_MAX_MS) *value = *value * 10 + (**p - '0');
+  return n;
+}
+
 int cli_duration(const char *text, int64_t *out_ms) {
-  char *end;
-  double v;
-  double mult = 1000.0;
-  if (!text || !*text) return -1;
-  if (strcmp(text, "forever") == 0 || strcmp(text, "-1") == 0) {
+  const char *p = text;
+  int64_t whole, frac = 0, scale = 1, mult, ms;
+  int nfrac = 0;
+  if (!text) return -1;
+  if (strcmp(text, "forever") == 0) {
     *out_ms = -1;
     return 0;
   }
-  v = strtod(text, &end);
-  if (end == text || v < 0) return -1;
-  if (*end == 0 || strcmp(end, "s") == 0) mult = 1000.0;
-  else if (strcmp(end, "ms") == 0) mult = 1.0;
-  else if (strcmp(end, "m") == 0) mult = 60000.0;
-  else if (strcmp(end, "h") == 0) mult = 3600000.0;
+  if (read_digits(&p, &whole) == 0) return -1;
+  if (*p == '.') {
+    p++;
+    /* Up to 9 fraction digits count (sub-nanosecond precision would not
+     * change the rounded ms); more must still be digits. */
+    for (; *p >= '0' && *p <= '9'; p++, nfrac++)
+      if (nfrac < 9) frac = frac * 10 + (*p - '0'), scale *= 10;
+    if (nfrac == 0) return -1;
+  }
+  if (*p == 0 || strcmp(p, "s") == 0) mult = 1000;
+  else if (strcmp(p, "ms") == 0) mult = 1;
+  else if (strcmp(p, "m") == 0) mult = 60000;
+  else if (strcmp(p, "h") == 0) mult = 3600000;
   else return -1;
-  if (v * mult > 9.0e15) return -1;
-  *out_ms = (int64_t)(v * mult + 0.5);
+  if (whole > DURATION_MAX_MS / mult) return -1;
+  /* frac < scale <= 1e9 and mult <= 3.6e6: no overflow. */
+  ms = whole * mult + (frac * mult + scale / 2) / scale;
+  if (ms > DURATION_MAX_MS) return -1;
+  *out_ms = ms;
   return 0;
 }
 

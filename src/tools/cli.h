@@ -22,10 +22,18 @@ enum {
   CLI_UNSAFE = 5,  /* dblock doctor: an unsafe finding */
 };
 
-/* Parses a duration: a number with an optional unit ms, s, m, h (default
- * unit: seconds), e.g. "250ms", "30s", "5m", "1.5s"; "forever" or "-1"
- * gives -1. Returns 0 and *out_ms, or -1 on a malformed value. */
+/* Parses a duration: digits with an optional fraction and an optional
+ * unit ms, s, m or h (no unit: seconds), e.g. "250ms", "30s", "1.5m",
+ * "2h", "10"; or "forever", which gives -1. Nothing else: no sign, spaces,
+ * exponent, hex, "inf" or "nan", no fraction without digits on both sides
+ * of the point; at most 9e15 ms. Returns 0 and *out_ms (rounded to the
+ * nearest ms), or -1 on anything else (*out_ms untouched). */
 int cli_duration(const char *text, int64_t *out_ms);
+
+/* The accepted forms, for a usage error about a bad duration. */
+#define CLI_DURATION_FORMS \
+  "digits with an optional fraction and unit ms, s, m or h, e.g. 250ms, 30s, 1.5m, 2h; " \
+  "no unit: seconds"
 
 /* The URL to use: the --url value, else $DBLOCK_URL, else NULL. */
 const char *cli_url(const char *flag_value);

@@ -22,9 +22,9 @@ static int cmd_acquire(args *a) {
     return cli_usage_error(a, "the for_update strategy holds a lock only while its session "
                           "lives; use 'dblock run', or the insert or optimistic strategy");
   if ((rc = cli_open_client(&cl, a)) != 0) return rc;
-  if ((rc = cli_acquire_interruptibly(&l, cl, name, a->wait_ms, lease)) != 0) {
+  if ((rc = cli_acquire_interruptibly(&l, cl, a, name, lease)) != 0) {
     rc = rc == DBLOCK_ECANCELED ? cli_interrupted(a, "acquire", name)
-                                : cli_fail(a, "acquire", cl, rc);
+                                : cli_fail_lock(a, "acquire", cl, rc, name);
     dblock_client_free(cl);
     return rc;
   }
@@ -43,7 +43,8 @@ static int cmd_acquire(args *a) {
     char t[40], tok[80];
     snprintf(tok, sizeof tok, "%s:%lld:%lld", info.owner_token, (long long)info.owner_thread,
              (long long)info.fence);
-    fputs("{\"ok\":true,\"name\":", stdout);
+    cli_json_open();
+    fputs(",\"ok\":true,\"name\":", stdout);
     cli_json_str(stdout, name);
     printf(",\"fence\":%lld,\"token\":\"%s\",\"expires_at\":", (long long)info.fence, tok);
     cli_json_str(stdout, cli_iso8601(t, sizeof t, dblock_lock_expires_at(l), 6));
@@ -60,13 +61,15 @@ static int cmd_acquire(args *a) {
   return CLI_OK;
 }
 
-const command cmd_acquire_def = {"acquire", O_FAIR, cmd_acquire,
-    "acquire NAME [--lease D] [--wait D] [--fair]",
+const command cmd_acquire_def = {"acquire", O_JSON | O_LOCKING, cmd_acquire,
+    "acquire NAME [--lease D] [--wait D | -n] [-v] [--fair]",
     "Acquires NAME with an explicit lease (default 30s) that is NOT renewed and\n"
     "outlives this process, so a lock can be held across shell steps. Prints\n"
     "  fence=N      the fencing token\n"
     "  token=T      the owner token for 'dblock release NAME --token T'\n"
     "In a script: lock=$(dblock acquire NAME --lease 5m) || exit; eval \"$lock\"\n"
     "sets $fence and $token (a bare eval \"$(...)\" would go on when busy).\n"
-    "--wait defaults to 0 (try once). Not available with --strategy for_update,\n"
-    "whose lock ends with the session.\n"};
+    "--wait defaults to 0 (try once); -n says so too (flock's word). When busy,\n"
+    "the message names the holder (host, pid, fence, until when); -v also says\n"
+    "so while it waits. Not available with --strategy for_update, whose lock\n"
+    "ends with the session.\n"};

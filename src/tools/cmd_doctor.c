@@ -26,7 +26,8 @@ static int cmd_doctor(args *a) {
   dblock_client_free(cl);
   for (size_t i = 0; i < n; i++) unsafe |= f[i].severity == DBLOCK_SEV_UNSAFE;
   if (a->json) {
-    printf("{\"ok\":%s,\"findings\":[", unsafe ? "false" : "true");
+    cli_json_open();
+    printf(",\"ok\":%s,\"findings\":[", unsafe ? "false" : "true");
     for (size_t i = 0; i < n; i++) {
       printf("%s{\"severity\":", i ? "," : "");
       cli_json_str(stdout, SEV_NAMES[f[i].severity & 3]);
@@ -51,11 +52,12 @@ static int cmd_doctor(args *a) {
   return unsafe ? CLI_UNSAFE : CLI_OK;
 }
 
-const command cmd_doctor_def = {"doctor", 0, cmd_doctor, "doctor",
+const command cmd_doctor_def = {"doctor", O_JSON, cmd_doctor, "doctor",
     "Tells whether the database keeps dblock's promises: server and version,\n"
     "topology (stand-alone, primary with synchronous / asynchronous standbys,\n"
     "replica, Galera node), durability settings, settings that can end a lock\n"
     "or a wait early, the server's clock against this host's, whether the\n"
     "--strategy works there, migration status. One finding per line (ok, info,\n"
-    "warn, UNSAFE) with advice; --json prints {\"ok\":..,\"findings\":[..]}.\n"
+    "warn, UNSAFE) with advice; --json prints {\"version\":..,\"ok\":..,\n"
+    "\"findings\":[..]}.\n"
     "Exit status 5 if anything is unsafe. Works on a replica.\n"};

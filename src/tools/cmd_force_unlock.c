@@ -26,7 +26,8 @@ static int cmd_force_unlock(args *a) {
     return rc;
   }
   if (a->json) {
-    fputs("{\"name\":", stdout);
+    cli_json_open();
+    fputs(",\"name\":", stdout);
     cli_json_str(stdout, name);
     printf(",\"fence\":%lld}\n", (long long)fence);
   } else {
@@ -36,7 +37,7 @@ static int cmd_force_unlock(args *a) {
   return CLI_OK;
 }
 
-const command cmd_force_unlock_def = {"force-unlock", 0, cmd_force_unlock, "force-unlock NAME",
+const command cmd_force_unlock_def = {"force-unlock", O_JSON, cmd_force_unlock, "force-unlock NAME",
     "Frees NAME whoever holds it and advances its fencing token; prints\n"
     "fence=N (the new token). The old holder's handle reports the lock lost.\n"
     "A held for_update lock can only be force-unlocked on PostgreSQL.\n"};

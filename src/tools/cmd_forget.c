@@ -16,12 +16,13 @@ static int cmd_forget(args *a) {
   if ((rc = cli_open_client(&cl, a)) != 0) return rc;
   rc = dblock_forget(cl, name);
   if (rc != 0) {
-    rc = cli_fail(a, "forget", cl, rc);
+    rc = cli_fail_lock(a, "forget", cl, rc, name);
     dblock_client_free(cl);
     return rc;
   }
   if (a->json) {
-    fputs("{\"ok\":true,\"name\":", stdout);
+    cli_json_open();
+    fputs(",\"ok\":true,\"name\":", stdout);
     cli_json_str(stdout, name);
     puts(",\"forgotten\":true}");
   } else {
@@ -32,7 +33,7 @@ static int cmd_forget(args *a) {
   return CLI_OK;
 }
 
-const command cmd_forget_def = {"forget", 0, cmd_forget, "forget NAME",
+const command cmd_forget_def = {"forget", O_JSON, cmd_forget, "forget NAME",
     "Deletes the row of NAME while nobody holds it, so the name can be used with\n"
     "another strategy (an acquire with the wrong --strategy exits 2 and says\n"
     "so). A held name is left alone and the exit status is 3. Fencing tokens\n"

@@ -26,7 +26,8 @@ static const char *list_cell(char *buf, size_t size, const dblock_lock_info *i, 
 }
 
 /* Prints every lock row: a table whose columns fit the widest cell, or
- * one JSON array with --json. Returns the exit status. */
+ * with --json one object, {"version":..,"locks":[row, ...]}. Returns the
+ * exit status. */
 static int cmd_list(args *a) {
   static const char *const head[NCOL] = {"NAME", "STRATEGY", "HELD", "HOLDER",
                                          "FENCE", "HOLDS", "ACQUIRED", "EXPIRES"};
@@ -44,12 +45,13 @@ static int cmd_list(args *a) {
   }
   dblock_client_free(cl);
   if (a->json) {
-    putchar('[');
+    cli_json_open();
+    fputs(",\"locks\":[", stdout);
     for (size_t i = 0; i < n; i++) {
       if (i) putchar(',');
-      out_json_info(&v[i]);
+      out_json_info(&v[i], 0);
     }
-    puts("]");
+    puts("]}");
     free(v);
     return CLI_OK;
   }
@@ -71,5 +73,6 @@ static int cmd_list(args *a) {
   return CLI_OK;
 }
 
-const command cmd_list_def = {"list", 0, cmd_list, "list",
-    "Lists every lock row as a table, or as one JSON array with --json.\n"};
+const command cmd_list_def = {"list", O_JSON, cmd_list, "list",
+    "Lists every lock row as a table, or with --json as one JSON object whose\n"
+    "\"locks\" array has a row per lock (as status --json prints it).\n"};

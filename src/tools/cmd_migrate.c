@@ -9,8 +9,8 @@
 #include "out.h"
 
 /* Applies the pending migrations, or (--status) lists them as a table or
- * JSON array, or (--baseline) records those already there as applied.
- * Returns the exit status. */
+ * one JSON object ({"version":..,"migrations":[..]}), or (--baseline)
+ * records those already there as applied. Returns the exit status. */
 static int cmd_migrate(args *a) {
   dblock_client *cl;
   int rc, applied = 0;
@@ -26,7 +26,8 @@ static int cmd_migrate(args *a) {
     }
     if (a->json) {
       char t[40];
-      fputs("[", stdout);
+      cli_json_open();
+      fputs(",\"migrations\":[", stdout);
       for (size_t i = 0; i < n; i++) {
         printf("%s{\"version\":%d,\"name\":", i ? "," : "", mi[i].version);
         cli_json_str(stdout, mi[i].name);
@@ -35,7 +36,7 @@ static int cmd_migrate(args *a) {
         else fputs("null", stdout);
         printf(",\"checksum_ok\":%s}", mi[i].applied ? (mi[i].checksum_ok ? "true" : "false") : "null");
       }
-      fputs("]\n", stdout);
+      fputs("]}\n", stdout);
     } else {
       size_t wname = 4;
       char t[40];
@@ -66,7 +67,10 @@ static int cmd_migrate(args *a) {
       dblock_client_free(cl);
       return rc;
     }
-    if (a->json) printf("{\"recorded\":%d,\"backend\":\"%s\"}\n", applied, dblock_client_backend(cl));
+    if (a->json) {
+      cli_json_open();
+      printf(",\"recorded\":%d,\"backend\":\"%s\"}\n", applied, dblock_client_backend(cl));
+    }
     else
       printf("recorded %d migration%s as applied by another tool (%s); "
              "'dblock migrate' applies the rest\n",
@@ -79,13 +83,15 @@ static int cmd_migrate(args *a) {
     dblock_client_free(cl);
     return rc;
   }
-  if (a->json) printf("{\"applied\":%d,\"backend\":\"%s\"}\n", applied, dblock_client_backend(cl));
-  else printf("applied %d migration%s (%s)\n", applied, applied == 1 ? "" : "s", dblock_client_backend(cl));
+  if (a->json) {
+    cli_json_open();
+    printf(",\"applied\":%d,\"backend\":\"%s\"}\n", applied, dblock_client_backend(cl));
+  } else printf("applied %d migration%s (%s)\n", applied, applied == 1 ? "" : "s", dblock_client_backend(cl));
   dblock_client_free(cl);
   return CLI_OK;
 }
 
-const command cmd_migrate_def = {"migrate", O_STATUS | O_BASELINE, cmd_migrate,
+const command cmd_migrate_def = {"migrate", O_JSON | O_STATUS | O_BASELINE, cmd_migrate,
     "migrate [--status | --baseline]",
     "Creates or upgrades the lock table (applies pending migrations and prints\n"
     "how many). With --status, lists each migration: version, name,\n"

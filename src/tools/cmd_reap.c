@@ -21,7 +21,8 @@ static int cmd_reap(args *a) {
     if (a->json) {
       dblock_error_info ei;
       dblock_client_last_error(cl, &ei);
-      printf("{\"deleted\":%lld,\"seconds\":%.3f,\"ok\":false,\"error\":", (long long)deleted, secs);
+      cli_json_open();
+      printf(",\"deleted\":%lld,\"seconds\":%.3f,\"ok\":false,\"error\":", (long long)deleted, secs);
       cli_json_str(stdout, ei.message[0] ? ei.message : dblock_strerror(rc));
       puts("}");
     }
@@ -33,14 +34,18 @@ static int cmd_reap(args *a) {
     dblock_client_free(cl);
     return rc;
   }
-  if (a->json) printf("{\"deleted\":%lld,\"seconds\":%.3f,\"ok\":true}\n", (long long)deleted, secs);
+  if (a->json) {
+    cli_json_open();
+    printf(",\"deleted\":%lld,\"seconds\":%.3f,\"ok\":true}\n", (long long)deleted, secs);
+  }
   else printf("deleted %lld expired lock row%s in %.3f s\n", (long long)deleted,
               deleted == 1 ? "" : "s", secs);
   dblock_client_free(cl);
   return CLI_OK;
 }
 
-const command cmd_reap_def = {"reap", O_GRACE | O_BATCH, cmd_reap, "reap [--grace D] [--batch N]",
+const command cmd_reap_def = {"reap", O_JSON | O_GRACE | O_BATCH, cmd_reap,
+    "reap [--grace D] [--batch N]",
     "One reaper pass (like dblock-reaper --once): deletes rows whose lease\n"
     "expired more than --grace (default 0) ago, --batch rows (default 1000) per\n"
     "statement, and prints how many it deleted and how long it took.\n"};

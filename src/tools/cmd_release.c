@@ -58,7 +58,7 @@ static int cmd_release(args *a) {
   if ((rc = cli_open_client(&cl, a)) != 0) return rc;
   /* Informational only: say when the lease had already run out. The
    * release itself is one owner-checked statement. */
-  if (dblock_lock_inspect(&info, cl, name) == 0 && !info.held &&
+  if (!a->quiet && dblock_lock_inspect(&info, cl, name) == 0 && !info.held &&
       strcmp(info.owner_token, owner) == 0 && info.fence == fence)
     fprintf(stderr, "%s: release: warning: the lease of '%s' had expired (nobody took it over)\n",
             PROG, name);
@@ -66,12 +66,16 @@ static int cmd_release(args *a) {
   if (rc == DBLOCK_ENOTHELD) {
     fprintf(stderr, "%s: release: %s\n", PROG, "lock is not held by this token (it expired and "
                     "was reaped or taken over, was force-unlocked, or was already released)");
-    if (a->json) puts("{\"ok\":false,\"released\":false,\"error\":\"not held by this token\"}");
+    if (a->json) {
+      cli_json_open();
+      puts(",\"ok\":false,\"released\":false,\"error\":\"not held by this token\"}");
+    }
     rc = CLI_LOST;
   } else if (rc != 0) {
     rc = cli_fail(a, "release", cl, rc);
   } else if (a->json) {
-    fputs("{\"ok\":true,\"released\":true,\"name\":", stdout);
+    cli_json_open();
+    fputs(",\"ok\":true,\"released\":true,\"name\":", stdout);
     cli_json_str(stdout, name);
     puts("}");
   }
@@ -79,7 +83,7 @@ static int cmd_release(args *a) {
   return rc;
 }
 
-const command cmd_release_def = {"release", O_TOKEN, cmd_release, "release NAME --token T",
+const command cmd_release_def = {"release", O_JSON | O_TOKEN, cmd_release, "release NAME --token T",
     "Releases a lock taken with 'dblock acquire', if the token still owns it.\n"
     "A lock that expired and was taken over, was force-unlocked or was already\n"
     "released is left alone and the exit status is 4.\n"};

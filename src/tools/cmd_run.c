@@ -68,8 +68,9 @@ static int cmd_run(args *a) {
   if ((rc = cli_open_client(&cl, a)) != 0) return rc;
   atomic_store(&cli_lost, 0);
   /* lease 0: the client's lease (--lease), renewed by the watchdog. */
-  if ((rc = cli_acquire_interruptibly(&l, cl, name, a->wait_ms, 0)) != 0) {
-    rc = rc == DBLOCK_ECANCELED ? cli_interrupted(a, "run", name) : cli_fail(a, "run", cl, rc);
+  if ((rc = cli_acquire_interruptibly(&l, cl, a, name, 0)) != 0) {
+    rc = rc == DBLOCK_ECANCELED ? cli_interrupted(a, "run", name)
+                                : cli_fail_lock(a, "run", cl, rc, name);
     dblock_client_free(cl);
     return rc;
   }
@@ -124,8 +125,9 @@ static int cmd_run(args *a) {
   return code;
 }
 
-const command cmd_run_def = {"run", O_KILL_AFTER | O_MIN_HOLD | O_FAIR, cmd_run,
-    "run NAME [--wait D] [--lease D] [--kill-after D] [--min-hold D] [--fair] -- CMD [ARGS...]",
+const command cmd_run_def = {"run", O_LOCKING | O_KILL_AFTER | O_MIN_HOLD, cmd_run,
+    "run NAME [--wait D | -n] [-v] [--lease D] [--kill-after D] [--min-hold D] [--fair] "
+    "-- CMD [ARGS...]",
     "Acquires NAME (waiting --wait, default forever), runs CMD with DBLOCK_NAME\n"
     "and DBLOCK_FENCE in its environment, renews the lease (--lease, default\n"
     "30s) in the background while CMD runs, releases the lock when CMD exits and\n"
@@ -138,4 +140,7 @@ const command cmd_run_def = {"run", O_KILL_AFTER | O_MIN_HOLD | O_FAIR, cmd_run,
     "schedule. SIGINT, SIGTERM or SIGHUP while waiting for the lock: exit\n"
     "128+N, nothing held. With --fair, waiters get the lock in the order they\n"
     "asked, across hosts (PostgreSQL with insert or optimistic; elsewhere it is\n"
-    "refused, exit 2).\n"};
+    "refused, exit 2). -n is --wait 0, as in flock(1). When the lock is busy or\n"
+    "the wait runs out, the message names the holder (host, pid, fence, until\n"
+    "when); with -v the wait says so when it starts and every 10 s, and the\n"
+    "grant gives its fence and how long it waited.\n"};

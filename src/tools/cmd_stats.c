@@ -46,7 +46,8 @@ static int cmd_stats(args *a) {
   double age = oldest && now_us > oldest ? (double)(now_us - oldest) / 1e6 : 0.0;
   if (a->json) {
     size_t held = count[0][1] + count[1][1] + count[2][1];
-    fputs("{\"table\":", stdout);
+    cli_json_open();
+    fputs(",\"table\":", stdout);
     cli_json_str(stdout, table);
     printf(",\"rows\":%zu,\"held\":%zu,\"free\":%zu,\"by_strategy\":{", n, held, n - held);
     for (int k = 0; k < 3; k++)
@@ -72,7 +73,7 @@ static int cmd_stats(args *a) {
   return CLI_OK;
 }
 
-const command cmd_stats_def = {"stats", 0, cmd_stats, "stats",
+const command cmd_stats_def = {"stats", O_JSON, cmd_stats, "stats",
     "Prints what the lock table holds right now as OpenMetrics text (for a\n"
     "monitoring textfile collector): rows by strategy and state (held/free),\n"
     "the age of the oldest held lock, the highest fence. --json prints one\n"

@@ -22,7 +22,8 @@ static int cmd_status(args *a) {
      * error (exit 0); "row": false tells it from a free row. */
     dblock_client_free(cl);
     if (a->json) {
-      fputs("{\"name\":", stdout);
+      cli_json_open();
+      fputs(",\"name\":", stdout);
       cli_json_str(stdout, name);
       puts(",\"row\":false,\"held\":false}");
     } else {
@@ -37,7 +38,7 @@ static int cmd_status(args *a) {
     return rc;
   }
   if (a->json) {
-    out_json_info(&i);
+    out_json_info(&i, 1);
     putchar('\n');
   } else {
     out_cell(buf, sizeof buf, i.name);
@@ -55,7 +56,7 @@ static int cmd_status(args *a) {
   return CLI_OK;
 }
 
-const command cmd_status_def = {"status", 0, cmd_status, "status NAME",
+const command cmd_status_def = {"status", O_JSON, cmd_status, "status NAME",
     "Shows what the database knows about NAME: strategy, held, holder host, pid\n"
     "and thread, fence, hold count, acquired and expiry times (UTC). --json\n"
     "prints one JSON object. A name with no row is free: held no, exit 0\n"

@@ -31,36 +31,63 @@ static const command *const COMMANDS[] = {
     &cmd_reap_def, &cmd_force_unlock_def, &cmd_forget_def, &cmd_help_def};
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
-/* The options part of every help text. */
-static const char OPTIONS_HELP[] =
-    "Options (before or after COMMAND):\n"
-    "  --url URL                  database URL (default: $DBLOCK_URL)\n"
-    "                               postgres://user:pass@host:port/db, mysql://...,\n"
-    "                               sqlite:///abs/path.db\n"
-    "  --strategy S               insert (default), for_update or optimistic\n"
-    "  --lease D                  lease (acquire: fixed; run: renewed), default 30s\n"
-    "  -w, --wait D               how long to wait for a busy lock (acquire: 0,\n"
-    "                               run: forever)\n"
-    "  --table NAME               lock table (default dblock_locks)\n"
-    "  --owner-host H             the holder's host as recorded (default: the\n"
-    "                               host name; e.g. a pod's stable name)\n"
-    "  -E, --conflict-exit-code N exit status when busy / timed out (default 3)\n"
-    "  --json                     JSON output (every command but run and help)\n"
-    "  --token T                  release: the token printed by acquire\n"
-    "  --status                   migrate: list migrations instead of applying\n"
-    "  --baseline                 migrate: adopt a schema applied by another tool\n"
-    "  --kill-after D             run: SIGKILL delay after SIGTERM on a lost lock\n"
-    "  --min-hold D               run: hold at least D after the grant (once per\n"
-    "                               schedule across hosts)\n"
-    "  --fair                     run, acquire: wait in line — grants in arrival\n"
-    "                               order across hosts (PostgreSQL, insert or\n"
-    "                               optimistic)\n"
-    "  --grace D, --batch N       reap: grace after expiry, rows per statement\n"
-    "  -h, --help                 help (COMMAND --help: that command's)\n"
-    "  -V, --version              print the version\n"
-    "\n"
-    "Durations: 250ms, 30s, 5m, 1h, 1.5 (seconds); --wait also takes 'forever'.\n"
-    "\n"
+/* Every option: its bit, its name in "does not apply" errors, and its
+ * help (lines of at most 79 columns; the text starts at column 31). */
+static const struct option_help {
+  unsigned bit;
+  const char *name;
+  const char *help;
+} OPTION_HELP[] = {
+    {O_URL, "--url",
+     "  --url URL                  database URL (default: $DBLOCK_URL)\n"
+     "                               postgres://user:pass@host:port/db, mysql://...,\n"
+     "                               sqlite:///abs/path.db\n"},
+    {O_STRATEGY, "--strategy",
+     "  --strategy S               insert (default), for_update or optimistic\n"},
+    {O_TABLE, "--table", "  --table NAME               lock table (default dblock_locks)\n"},
+    {O_CONFLICT, "--conflict-exit-code",
+     "  -E, --conflict-exit-code N exit status when busy / timed out (default 3)\n"},
+    {O_QUIET, "--quiet",
+     "  -q, --quiet                no warnings (such as a risky topology's at\n"
+     "                               every start); errors still print\n"},
+    {O_HELP, "--help", "  -h, --help                 help (COMMAND --help: that command's)\n"},
+    {O_VERSION, "--version", "  -V, --version              print the version\n"},
+    {O_JSON, "--json", "  --json                     JSON output (see dblock(1), JSON OUTPUT)\n"},
+    {O_WAIT, "--wait",
+     "  -w, --wait D               how long to wait for a busy lock, or 'forever'\n"
+     "                               (default: acquire 0, run forever)\n"},
+    {O_NOWAIT, "--nonblock",
+     "  -n, --nonblock             fail at once if the lock is busy (--wait 0)\n"},
+    {O_VERBOSE, "--verbose",
+     "  -v, --verbose              on stderr: who holds the lock when the wait\n"
+     "                               starts and every 10 s, and the grant\n"},
+    {O_LEASE, "--lease",
+     "  --lease D                  lease (acquire: fixed; run: renewed), default 30s\n"},
+    {O_OWNER_HOST, "--owner-host",
+     "  --owner-host H             the holder's host as recorded (default: the\n"
+     "                               host name; e.g. a pod's stable name)\n"},
+    {O_FAIR, "--fair",
+     "  --fair                     wait in line: grants in arrival order across\n"
+     "                               hosts (PostgreSQL, insert or optimistic)\n"},
+    {O_KILL_AFTER, "--kill-after",
+     "  --kill-after D             SIGKILL delay after SIGTERM on a lost lock (5s)\n"},
+    {O_MIN_HOLD, "--min-hold",
+     "  --min-hold D               hold at least D after the grant (once per\n"
+     "                               schedule across hosts)\n"},
+    {O_TOKEN, "--token", "  --token T                  the token printed by acquire\n"},
+    {O_STATUS, "--status", "  --status                   list migrations instead of applying\n"},
+    {O_BASELINE, "--baseline",
+     "  --baseline                 adopt a schema applied by another tool\n"},
+    {O_GRACE, "--grace",
+     "  --grace D                  reap rows expired more than D ago (default 0)\n"},
+    {O_BATCH, "--batch", "  --batch N                  rows per statement (default 1000)\n"},
+};
+#define NOPTIONS (sizeof OPTION_HELP / sizeof OPTION_HELP[0])
+
+/* The options that take a duration, for the help's note on durations. */
+#define O_DURATIONS (O_LEASE | O_WAIT | O_KILL_AFTER | O_MIN_HOLD | O_GRACE)
+
+static const char EXIT_HELP[] =
     "Exit status:\n"
     "  0  success\n"
     "  1  database error (connection, authentication, missing schema, permission)\n"
@@ -71,6 +98,54 @@ static const char OPTIONS_HELP[] =
     "  128+N  acquire/run: interrupted by signal N while waiting (nothing held)\n"
     "  run: otherwise the command's status\n";
 
+/* Every option command c accepts. */
+static unsigned accepted(const command *c) { return O_GLOBAL | c->extra; }
+
+/* Writes into out the commands that accept bit, e.g. "acquire and run",
+ * "every command but run", or "" when every command does. */
+static void accepting(char *out, size_t size, unsigned bit) {
+  const char *yes[NCOMMANDS], *no[NCOMMANDS], **list;
+  size_t nyes = 0, nno = 0, n, len = 0;
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    if (strcmp(COMMANDS[i]->name, "help") != 0) {
+      if (accepted(COMMANDS[i]) & bit) yes[nyes++] = COMMANDS[i]->name;
+      else no[nno++] = COMMANDS[i]->name;
+    }
+  out[0] = 0;
+  if (!nno) return;
+  if (nno < nyes) len = (size_t)snprintf(out, size, "every command but ");
+  list = nno < nyes ? no : yes;
+  n = nno < nyes ? nno : nyes;
+  for (size_t i = 0; i < n && len < size; i++)
+    len += (size_t)snprintf(out + len, size - len, "%s%s",
+                            i == 0 ? "" : i + 1 == n ? " and " : ", ", list[i]);
+}
+
+/* Prints the options part of the help: the common options, then the
+ * command options — all of them under headings naming the commands that
+ * take them (c = NULL), or only c's. Then durations (when c takes one)
+ * and exit status. */
+static void print_options(const command *c) {
+  char tag[400], last[400] = "";
+  printf("Common options (before or after COMMAND):\n");
+  for (size_t i = 0; i < NOPTIONS; i++)
+    if (OPTION_HELP[i].bit & O_GLOBAL) fputs(OPTION_HELP[i].help, stdout);
+  for (size_t i = 0; i < NOPTIONS; i++) {
+    unsigned bit = OPTION_HELP[i].bit;
+    if ((bit & O_GLOBAL) || (c && !(c->extra & bit))) continue;
+    if (c) snprintf(tag, sizeof tag, "%s", c->name);
+    else accepting(tag, sizeof tag, bit);
+    if (strcmp(tag, last) != 0) printf("\nOptions of %s:\n", tag);
+    snprintf(last, sizeof last, "%s", tag);
+    fputs(OPTION_HELP[i].help, stdout);
+  }
+  if (!c || (accepted(c) & O_DURATIONS))
+    printf("\nDurations: digits with an optional fraction and unit ms, s, m or h (250ms,\n"
+           "30s, 1.5m, 2h; no unit: seconds)%s.\n",
+           !c || (accepted(c) & O_WAIT) ? "; --wait also takes 'forever'" : "");
+  printf("\n%s", EXIT_HELP);
+}
+
 /* Prints the help to stdout: the overview (c = NULL) or command c's. */
 static void print_help(const command *c) {
   if (!c) {
@@ -78,10 +153,12 @@ static void print_help(const command *c) {
            "Distributed locks kept in PostgreSQL, MySQL/MariaDB or SQLite.\n\nCommands:\n",
            PROG);
     for (size_t i = 0; i < NCOMMANDS; i++) printf("  %s %s\n", PROG, COMMANDS[i]->synopsis);
-    printf("\n%s", OPTIONS_HELP);
+    printf("\n");
+    print_options(NULL);
     return;
   }
-  printf("Usage: %s %s\n\n%s\n%s", PROG, c->synopsis, c->help, OPTIONS_HELP);
+  printf("Usage: %s %s\n\n%s\n", PROG, c->synopsis, c->help);
+  print_options(c);
 }
 
 /* The command called name, or NULL. */
@@ -104,22 +181,13 @@ static int cmd_help(args *a) {
 
 /* ---- main --------------------------------------------------------------- */
 
-/* The command-specific options, for "option X does not apply to CMD". */
-static const struct {
-  const char *name;
-  unsigned bit;
-} OPT_NAMES[] = {{"--status", O_STATUS}, {"--token", O_TOKEN}, {"--grace", O_GRACE},
-                 {"--batch", O_BATCH}, {"--kill-after", O_KILL_AFTER},
-                 {"--min-hold", O_MIN_HOLD}, {"--baseline", O_BASELINE}, {"--fair", O_FAIR}};
-
 /* Parses option opt's duration v into *out (ms): 'forever' (-1) only with
  * allow_forever, at least min_ms otherwise. Returns 0 or a usage error. */
 static int parse_duration(args *a, const char *opt, const char *v, int64_t *out, int allow_forever,
                           int64_t min_ms) {
-  if (cli_duration(v, out) != 0)
-    return cli_usage_error(a, "bad duration for %s: '%s' (examples: 250ms, 30s, 5m)", opt, v);
-  if (*out < 0 && !allow_forever)
-    return cli_usage_error(a, "bad duration for %s: '%s' (it cannot be negative or 'forever')", opt, v);
+  if (cli_duration(v, out) != 0 || (*out < 0 && !allow_forever))
+    return cli_usage_error(a, "bad duration for %s: '%s' (%s%s)", opt, v, CLI_DURATION_FORMS,
+                           allow_forever ? "; or 'forever'" : "");
   if (*out >= 0 && *out < min_ms)
     return cli_usage_error(a, "%s must be at least %lldms", opt, (long long)min_ms);
   return 0;
@@ -160,6 +228,9 @@ int main(int argc, char **argv) {
       {"baseline", no_argument, NULL, L_BASELINE},
       {"owner-host", required_argument, NULL, L_OWNER_HOST},
       {"fair", no_argument, NULL, L_FAIR},
+      {"nonblock", no_argument, NULL, 'n'},
+      {"verbose", no_argument, NULL, 'v'},
+      {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -180,7 +251,7 @@ int main(int argc, char **argv) {
       break;
     }
   opterr = 0;
-  while ((opt = getopt_long(split, argv, ":hVw:E:", longopts, NULL)) != -1) {
+  while ((opt = getopt_long(split, argv, ":hVw:E:nvq", longopts, NULL)) != -1) {
     const char *optname = argv[optind - 1];
     switch (opt) {
     case L_URL: a.seen |= O_URL; a.url = optarg; break;
@@ -228,6 +299,9 @@ int main(int argc, char **argv) {
       a.seen |= O_MIN_HOLD;
       if ((rc = parse_duration(&a, "--min-hold", optarg, &a.min_hold_ms, 0, 0)) != 0) return rc;
       break;
+    case 'n': a.seen |= O_NOWAIT; break;
+    case 'v': a.seen |= O_VERBOSE; a.verbose = 1; break;
+    case 'q': a.seen |= O_QUIET; a.quiet = 1; break;
     case 'h': a.seen |= O_HELP; break;
     case 'V': a.seen |= O_VERSION; break;
     case ':': return cli_usage_error(NULL, "option '%s' needs a value", optname);
@@ -252,16 +326,18 @@ int main(int argc, char **argv) {
     return CLI_OK;
   }
   if (!a.cmd) return cli_usage_error(NULL, a.dashdash ? "missing command before '--'" : "missing command");
-  for (size_t i = 0; i < sizeof OPT_NAMES / sizeof OPT_NAMES[0]; i++)
-    if ((a.seen & OPT_NAMES[i].bit) && !(a.cmd->extra & OPT_NAMES[i].bit))
-      return cli_usage_error(&a, "option %s does not apply to '%s'", OPT_NAMES[i].name, a.cmd->name);
-  /* --json is honoured by every command that prints a result; refuse it
-   * where it would silently mean nothing. */
-  if (a.json && (strcmp(a.cmd->name, "run") == 0 || strcmp(a.cmd->name, "help") == 0))
-    return cli_usage_error(&a, "--json does not apply to '%s'", a.cmd->name);
+  /* An option a command does not take is refused, not ignored (--json
+   * too: run and help print no result). */
+  for (size_t i = 0; i < NOPTIONS; i++)
+    if ((a.seen & OPTION_HELP[i].bit) && !(accepted(a.cmd) & OPTION_HELP[i].bit))
+      return cli_usage_error(&a, "option %s does not apply to '%s'", OPTION_HELP[i].name,
+                             a.cmd->name);
+  if ((a.seen & O_NOWAIT) && wait_given)
+    return cli_usage_error(&a, "-n (--nonblock) is --wait 0: give one or the other");
   if (strategy_arg && dblock_strategy_parse(&a.strategy, strategy_arg) != 0)
     return cli_usage_error(&a, "unknown strategy '%s' (insert, for_update, optimistic)", strategy_arg);
-  if (!wait_given) a.wait_ms = strcmp(a.cmd->name, "run") == 0 ? -1 : 0;
+  if (a.seen & O_NOWAIT) a.wait_ms = 0;
+  else if (!wait_given) a.wait_ms = strcmp(a.cmd->name, "run") == 0 ? -1 : 0;
   if (a.dashdash) {
     char **rest = argv + split + 1;
     int nrest = argc - split - 1;

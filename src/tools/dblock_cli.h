@@ -40,11 +40,17 @@ enum {
   O_BASELINE = 1 << 15,
   O_OWNER_HOST = 1 << 16,
   O_FAIR = 1 << 17,
+  O_NOWAIT = 1 << 18,
+  O_VERBOSE = 1 << 19,
+  O_QUIET = 1 << 20,
 };
 
-/* Options every command accepts (some are simply unused by a command). */
-#define O_GLOBAL (O_URL | O_STRATEGY | O_LEASE | O_WAIT | O_TABLE | O_CONFLICT | O_JSON | O_HELP | \
-                  O_VERSION | O_OWNER_HOST)
+/* Options every command accepts: where the locks are, the busy exit
+ * status, warnings off, help and version. */
+#define O_GLOBAL (O_URL | O_STRATEGY | O_TABLE | O_CONFLICT | O_QUIET | O_HELP | O_VERSION)
+
+/* The options of the commands that take a lock (acquire, run). */
+#define O_LOCKING (O_LEASE | O_WAIT | O_NOWAIT | O_VERBOSE | O_OWNER_HOST | O_FAIR)
 
 typedef struct args {
   unsigned seen;
@@ -54,6 +60,7 @@ typedef struct args {
   int batch;
   int conflict_code;
   int json, migrate_status, baseline, fair;
+  int verbose, quiet; /* -v: say while waiting; -q: no warnings */
   const struct command *cmd;
   char **pos; /* positional arguments after the command name */
   int npos;
@@ -63,11 +70,12 @@ typedef struct args {
 } args;
 
 /* One command: its name, the command-specific options it accepts (O_*
- * bits beyond O_GLOBAL), the function that runs it (returns the exit
- * status), and its help: the usage line and the text under it. */
+ * bits beyond O_GLOBAL: these and O_GLOBAL are all it accepts, and all its
+ * --help lists), the function that runs it (returns the exit status), and
+ * its help: the usage line and the text under it. */
 typedef struct command {
   const char *name;
-  unsigned extra; /* command-specific options it accepts */
+  unsigned extra; /* command-specific options it accepts (O_JSON too) */
   int (*fn)(args *a);
   const char *synopsis;
   const char *help;
@@ -85,11 +93,22 @@ extern const command cmd_migrate_def, cmd_acquire_def, cmd_release_def, cmd_run_
  * a may be NULL (before a command is known). Returns CLI_USAGE. */
 int cli_usage_error(const args *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Starts a --json object on stdout: '{"version":"<DBLOCK_VERSION_STRING>"',
+ * the first key of every object the dblock command prints at the top
+ * level; the caller goes on with ',"key":...' and closes it. */
+void cli_json_open(void);
+
 /* Reports a failed call on stderr; with --json also one object on stdout,
- * {"ok":false,"error":"<dblock_strerror>","code":<DBLOCK_E...>,"message":...},
- * so a script parsing stdout never gets nothing. Returns the exit code
- * (busy / timeout: the -E code). */
+ * {"version":..,"ok":false,"error":"<dblock_strerror>","code":<DBLOCK_E...>,
+ * "message":...}, so a script parsing stdout never gets nothing. Returns
+ * the exit code (busy / timeout: the -E code). */
 int cli_fail(const args *a, const char *what, dblock_client *cl, int rc);
+
+/* cli_fail for a call on lock NAME: when rc is busy or timed out and the
+ * row shows who holds the name, the message names the holder (host, pid,
+ * fence, until when) and the JSON object has a "holder" object; else as
+ * cli_fail. A timeout is told as a wait of a->wait_ms. */
+int cli_fail_lock(const args *a, const char *what, dblock_client *cl, int rc, const char *name);
 
 /* Opens the client for the command in a (URL, strategy, table, owner
  * host; read-only for the commands that only read; run's loss margin).
@@ -116,11 +135,14 @@ extern volatile sig_atomic_t cli_caught;
  * signal the caller ignores (nohup). */
 void cli_interrupts(dblock_client *cl, int on);
 
-/* dblock_lock_acquire that a signal can interrupt. Returns the library's
- * code, or DBLOCK_ECANCELED when a signal came (a lock granted just before
- * it is released again: the user asked to stop). */
-int cli_acquire_interruptibly(dblock_lock **l, dblock_client *cl, const char *name,
-                              int64_t wait_ms, int64_t lease_ms);
+/* dblock_lock_acquire of NAME, waiting a->wait_ms, that a signal can
+ * interrupt. With a->verbose it says on stderr who holds the name when the
+ * wait starts, again every 10 s while it lasts, and the fence and wait when
+ * granted (the wait's deadline stays a->wait_ms from the call). Returns the
+ * library's code, or DBLOCK_ECANCELED when a signal came (a lock granted
+ * just before it is released again: the user asked to stop). */
+int cli_acquire_interruptibly(dblock_lock **l, dblock_client *cl, const args *a, const char *name,
+                              int64_t lease_ms);
 
 /* The exit status (128 + the signal) and message of an interrupted wait. */
 int cli_interrupted(const args *a, const char *what, const char *name);

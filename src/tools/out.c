@@ -30,9 +30,15 @@ void out_padded(const char *s, size_t width, int last) {
     for (; w < width + 2; w++) putchar(' ');
 }
 
-void out_json_info(const dblock_lock_info *i) {
+void out_json_info(const dblock_lock_info *i, int top) {
   char t[40];
-  fputs("{\"name\":", stdout);
+  if (top) {
+    fputs("{\"version\":", stdout);
+    cli_json_str(stdout, DBLOCK_VERSION_STRING);
+    fputs(",\"name\":", stdout);
+  } else {
+    fputs("{\"name\":", stdout);
+  }
   cli_json_str(stdout, i->name);
   fputs(",\"row\":true", stdout);
   fputs(",\"strategy\":", stdout);

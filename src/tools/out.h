@@ -21,8 +21,9 @@ void out_cell(char *out, size_t size, const char *s);
 void out_padded(const char *s, size_t width, int last);
 
 /* Prints a lock row as one JSON object (no newline): name, "row":true,
- * strategy, held, holder, fence, hold count, times (ISO-8601 and µs). */
-void out_json_info(const dblock_lock_info *i);
+ * strategy, held, holder, fence, hold count, times (ISO-8601 and µs);
+ * with top (an object printed on its own, not in a list) "version" first. */
+void out_json_info(const dblock_lock_info *i, int top);
 
 /* The holder column: "HOST pid P thread T", or "-" when nobody holds the
  * lock (or the row does not say who). */
