@@ -391,7 +391,6 @@ int dblock_client_open(dblock_client **out, const char *url,
   }
   cl->strat = dbl_strategy_by_id(cl->opts.strategy);
   if ((rc = expand_statements(cl)) != 0) goto err;
-  cl->hints = cl->strat->version_hints;
   if (cl->opts.fair && !dbl_queue_possible(cl)) {
     rc = dbl_failf(cl, DBLOCK_EUNSUPPORTED,
                    "fair mode needs dblock's wait queue: PostgreSQL with the insert or "

@@ -121,10 +121,6 @@ struct dblock_client {
   struct dbl_held *held;
   struct dbl_listener *lsn; /* the wait queue's listener (queue.c), once a
                                waiter needed it */
-  /* Per-name version hints (lock.c), kept when hints is set: each good
-   * until until_ms (monotonic), after which the row may be gone. */
-  struct { uint64_t hash; int64_t version, until_ms; } vcache[1024];
-  int hints;
   const struct dbl_waiter *waiter; /* how its acquires wait (wait.h) */
   int closing;
   int watchdog_started, reaper_started;
@@ -413,8 +409,8 @@ void dbl_queue_stop(dblock_client *cl);
 /* Statements the listener sent; caller holds mu. */
 uint64_t dbl_queue_trips(const dblock_client *cl);
 
-/* FNV-1a over n strings, each followed by a separator (the version
- * hints, the wake board). */
+/* FNV-1a over n strings, each followed by a separator (the wake
+ * board's name hash). */
 uint64_t dbl_parts_hash(const char *const *parts, int n);
 
 /* ---- the wake board (board.c) ---- */

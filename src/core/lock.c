@@ -13,39 +13,6 @@
 #include "internal.h"
 #include "wait.h"
 
-/* The version-hint cache's hash of a name. */
-static uint64_t name_hash(const char *s, size_t n) {
-  char buf[DBLOCK_NAME_MAX + 1];
-  const char *parts[1] = {buf};
-  snprintf(buf, sizeof buf, "%.*s", (int)n, s);
-  return dbl_parts_hash(parts, 1) | 1;
-}
-
-/* The hint for a name, or -1: none, or older than its horizon. */
-static int64_t hint_get(dblock_client *cl, uint64_t hash) {
-  int64_t v = -1;
-  size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
-  dbl_lock(cl);
-  if (cl->vcache[i].hash == hash && dbl_mono_ms() < cl->vcache[i].until_ms)
-    v = cl->vcache[i].version;
-  dbl_unlock(cl);
-  return v;
-}
-
-/* Keeps version as the name's hint (-1: forgets it) until until_ms; 0
- * keeps the horizon the name's slot already has (a release: the row
- * stays at least as long as the grant's lease, whatever the release
- * answered), and none if the slot holds another name. */
-static void hint_put(dblock_client *cl, uint64_t hash, int64_t version, int64_t until_ms) {
-  size_t i = hash % (sizeof cl->vcache / sizeof cl->vcache[0]);
-  dbl_lock(cl);
-  if (!until_ms) until_ms = cl->vcache[i].hash == hash ? cl->vcache[i].until_ms : 0;
-  cl->vcache[i].hash = version != -1 ? hash : 0; /* (-2: see optimistic.c) */
-  cl->vcache[i].version = version;
-  cl->vcache[i].until_ms = until_ms;
-  dbl_unlock(cl);
-}
-
 /* Sets up the scratch entry of a fresh (not reentrant) acquire of name by
  * thread: the caller's lease (0: the client's; none for for_update) and
  * whether the watchdog renews it. */
@@ -160,8 +127,7 @@ static int say_if_cut_by_lease(dblock_client *cl, dbl_pconn *pc, const struct db
  * fresh CLI process on a loaded host) does not eat a short lease; the
  * server's lease starts later still, so this stays on the safe side. */
 static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h, dbl_op *op,
-                            dbl_waiting *w, int64_t wait_ms, uint64_t hash, int64_t *sent,
-                            dbl_err *e) {
+                            dbl_waiting *w, int64_t wait_ms, int64_t *sent, dbl_err *e) {
   int rc;
   int64_t bound;
   *sent = dbl_mono_ms();
@@ -170,7 +136,7 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
   dbl_op_init(op, cl, pc, h, e);
   op->reentrant = w->reentrant;
   op->attempt = w->tries;
-  if (cl->hints) op->version_hint = w->reentrant ? h->version : hint_get(cl, hash);
+  op->version_hint = w->reentrant ? h->version : -1; /* (its own hold's) */
   op->place = w->place;
   rc = dbl_call_check(cl, pc, cl->strat->acquire(op, wait_ms), e);
   rc = say_if_cut_by_lease(cl, pc, h, *sent, wait_ms, bound, rc, e);
@@ -219,8 +185,8 @@ static int attempt_conn(dblock_client *cl, const dbl_waiting *w, dbl_pconn **out
  * caller gets an error that says what to do). epoch: repair the epoch (1)
  * or the sequence (0). Returns the new result. */
 static int repair_and_retry(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h, dbl_op *op,
-                            dbl_waiting *w, int64_t wait_ms, uint64_t hash, int64_t *sent,
-                            int rc, int epoch, dbl_err *e) {
+                            dbl_waiting *w, int64_t wait_ms, int64_t *sent, int rc, int epoch,
+                            dbl_err *e) {
   int moved = 0;
   if (rc == 0 || rc == DBLOCK_ECANCELED || dbl_cancelled(cl)) return rc;
   if (epoch ? !dbl_no_epoch(e) : !dbl_fence_behind(e)) return rc;
@@ -237,33 +203,26 @@ static int repair_and_retry(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
             "lock '%s': the fence sequence was behind the name's last token (moved back, or "
             "restored apart from the lock table): moved forward past it",
             h->name);
-  return strategy_acquire(cl, pc, h, op, w, wait_ms, hash, sent, e);
+  return strategy_acquire(cl, pc, h, op, w, wait_ms, sent, e);
 }
 
-/* Records an attempt's outcome: a grant's state in h (its lease clock
- * from sent), and the name's version hint either way. */
-static void attempt_record(dblock_client *cl, struct dbl_held *h, const dbl_op *op, int rc,
-                           int64_t sent, uint64_t hash) {
-  if (rc == 0) {
-    dbl_lock(cl);
-    h->fence = op->g.fence;
-    h->holds = op->g.holds;
-    h->expires_us = op->g.expires_us;
-    h->version = op->g.version;
-    dbl_set_lease_clock(cl, h, sent);
-    dbl_unlock(cl);
-  }
-  /* (after a grant the row stays at least until the lease that began
-   * after sent ends: the reaper takes only rows whose lease ended) */
-  if (cl->hints && rc == 0) hint_put(cl, hash, h->version, sent + h->lease_ms);
-  else if (cl->hints) hint_put(cl, hash, op->version_hint, dbl_mono_ms() + cl->opts.lease_ms);
+/* Records a grant's state in h, its lease clock from sent. */
+static void attempt_record(dblock_client *cl, struct dbl_held *h, const dbl_op *op,
+                           int64_t sent) {
+  dbl_lock(cl);
+  h->fence = op->g.fence;
+  h->holds = op->g.holds;
+  h->expires_us = op->g.expires_us;
+  h->version = op->g.version;
+  dbl_set_lease_clock(cl, h, sent);
+  dbl_unlock(cl);
 }
 
 /* One attempt on a borrowed connection; wait_ms: how long it may wait in
  * the server (the server waiter only). *taken: busy because another
  * owner holds the name (not a lock wait or a deadlock). */
 static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_t wait_ms,
-                   uint64_t hash, int *taken, dbl_err *e) {
+                   int *taken, dbl_err *e) {
   dbl_pconn *pc = NULL;
   dbl_op op;
   int rc, slot = -1;
@@ -278,9 +237,9 @@ static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_
   /* (A cancel that came before the registration found no slot: look at
    * the flag after it — one side always sees the other.) */
   if (slot >= 0 && dbl_cancelled(cl)) rc = DBLOCK_ECANCELED;
-  else rc = strategy_acquire(cl, pc, h, &op, w, wait_ms, hash, &sent, e);
-  rc = repair_and_retry(cl, pc, h, &op, w, wait_ms, hash, &sent, rc, 1, e);
-  rc = repair_and_retry(cl, pc, h, &op, w, wait_ms, hash, &sent, rc, 0, e);
+  else rc = strategy_acquire(cl, pc, h, &op, w, wait_ms, &sent, e);
+  rc = repair_and_retry(cl, pc, h, &op, w, wait_ms, &sent, rc, 1, e);
+  rc = repair_and_retry(cl, pc, h, &op, w, wait_ms, &sent, rc, 0, e);
   if (dbl_cancel_unwatch(cl, slot, pc)) {
     /* The cancel may have cut this connection, even after a grant came
      * back: closing it ends the session, and with it any row lock it took
@@ -295,7 +254,7 @@ static int attempt(dblock_client *cl, struct dbl_held *h, dbl_waiting *w, int64_
    * are "busy", and the caller's wait policy decides what happens next. */
   if (rc == DBLOCK_ETIMEOUT || rc == DBLOCK_ERETRY) rc = DBLOCK_EBUSY;
   *taken = rc == DBLOCK_EBUSY && op.taken;
-  attempt_record(cl, h, &op, rc, sent, hash);
+  if (rc == 0) attempt_record(cl, h, &op, sent);
   if (rc == 0 && cl->strat->pins_connection && dbl_call_end(cl, pc)) {
     /* Cut just after its answer came: the session (and the row lock it
      * just took) is going away with the socket. Not a grant. */
@@ -312,7 +271,6 @@ typedef struct acq {
   const char *name;
   int64_t thread, wait_ms, lease_ms;
   int auto_renew;
-  uint64_t hash;
   struct dbl_held *h;    /* the scratch entry the attempts fill */
   struct dbl_held *mine; /* this owner's live entry (a reentrant acquire) */
   dbl_waiting w;            /* its wait (w.reentrant: a reentrant attempt) */
@@ -406,8 +364,7 @@ static int acquire_wait(acq *a) {
     if (dbl_cancelled(cl)) return DBLOCK_ECANCELED;
     if (w->tries > 0 && dbl_wait_over(w)) return DBLOCK_ETIMEOUT;
     if (waiter->before(w)) continue; /* (slept behind others instead) */
-    rc = attempt(cl, a->h, w, waiter->server_ms ? waiter->server_ms(w) : 0, a->hash, &taken,
-                 &a->e);
+    rc = attempt(cl, a->h, w, waiter->server_ms ? waiter->server_ms(w) : 0, &taken, &a->e);
     w->tried_ms = dbl_mono_ms();
     w->tries++;
     waiter->after(w, rc);
@@ -513,7 +470,6 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
   a.wait_ms = wait_ms;
   a.lease_ms = lease_ms;
   a.auto_renew = !cl->strat->has_lease || lease_ms == 0;
-  a.hash = name_hash(name, strlen(name));
   /* Everything that can fail without touching the database comes first,
    * so that a grant never has to be undone: the handle and the scratch
    * entry, and the watchdog (without it a lease could run out unnoticed
@@ -665,7 +621,6 @@ static int release_on_server(dblock_client *cl, struct dbl_held *h, int final, d
   if (rc == 0) h->version = op.g.version;
   /* (freed and committed: the name's oldest sleeper on the board tries) */
   if (rc == 0 && final && dbl_board_possible(cl)) dbl_board_post(cl, dbl_board_hash(cl, h->name));
-  if (cl->hints) hint_put(cl, name_hash(h->name, h->name_len), rc == 0 ? h->version : -1, 0);
   if (h->pinned) {
     if (final) {
       h->pinned = NULL;

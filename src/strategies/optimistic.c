@@ -4,11 +4,11 @@
  * Rows persist with a state and a version. Acquire is
  *   UPDATE ... SET state = held, version = version + 1, ...
  *   WHERE name = ? AND version = ? AND (free OR expired OR mine)
- * and exactly one updated row means granted. The version comes from the
- * client's hint (what its last statement on this name returned), so the
- * uncontended cycle is one statement to acquire and one to release; when
- * the hint is missing or stale the row is read first (and created, free,
- * if it does not exist).
+ * and exactly one updated row means granted. A fresh acquire names any
+ * version (the state test keeps exclusion), so the uncontended cycle is
+ * one statement to acquire and one to release; when that finds nothing
+ * the row is read (and created, free, if it does not exist) and the CAS
+ * names the version read.
  *
  * "Mine" (a reentrant hold: same fence, one more hold) is honoured only when
  * the core knows of a live hold (reent = 1); a row this owner left behind
@@ -87,65 +87,50 @@ static int read_row(dbl_op *op, int64_t *version, int *held_by_other) {
   return 0;
 }
 
-/* The version hint (op->version_hint, kept per client and name): >= 0 the
- * version this client last saw; VERSION_ANY (-2) the row exists but its
- * version is unknown — the client is waiting for another holder, and its
- * CAS takes the row at whatever version as long as it is free or expired
- * (the state test in the same UPDATE is what keeps exclusion; the version
- * only spares a stale client the write); -1 nothing known. */
+/* The version a CAS names: VERSION_ANY (-2) takes the row at whatever
+ * version as long as it is free or expired — the state test in the same
+ * UPDATE is what keeps exclusion — so an uncontended acquire is one
+ * statement without knowing the row; a reentrant CAS names its own hold's
+ * version (op->version_hint). (A per-client cache of versions served the
+ * same purpose, a statement less than reading first, until the A/B in
+ * docs/waiting.md showed this does as well: no cache.) */
 #define VERSION_ANY (-2)
 
 static int optimistic_acquire(dbl_op *op, int64_t wait_ms) {
-  int64_t v = op->version_hint;
+  int64_t v = op->reentrant && op->version_hint >= 0 ? op->version_hint : VERSION_ANY;
   char row[16];
   int rc, other;
-  (void)wait_ms;
-  /* A queued attempt says itself why it missed (below), so a waiter
-   * without a hint tries the CAS at any version first: it takes its
-   * ticket with it. */
-  if (op->place.channel && v == -1) v = VERSION_ANY;
-  /* Woken by a release: the hint is stale (the name went round since). */
+  /* Woken by a release: the name went round since (a look at the row
+   * below is worth it: it may have been deleted meanwhile). */
   int woken = op->place.woken && !op->reentrant;
-  if (woken) v = VERSION_ANY;
-  /* With a hint, try the CAS straight away. A waiter (VERSION_ANY) polls
-   * with that one statement: reading first would cost it a second round
-   * trip per poll, during which a holder that releases and re-acquires at
-   * once always wins (it knows its version) — that starved waiters. */
-  if (v >= 0 || v == VERSION_ANY) {
-    if ((rc = cas(op, v, row, sizeof row)) != DBLOCK_EBUSY) return rc;
-    /* A queued CAS says why it missed. Kept out (held, or someone ahead
-     * in the queue): wait. Not kept out: only the version was stale —
-     * take the free row at whatever version, at once. */
-    if (op->place.channel && row[0] && strcmp(row, "for_update") != 0) {
-      op->version_hint = VERSION_ANY;
-      if (!op->place.kept_out && (rc = cas(op, VERSION_ANY, row, sizeof row)) != DBLOCK_EBUSY)
-        return rc;
-      op->taken = 1;
-      return DBLOCK_EBUSY;
-    }
-    /* Every 8th poll (and the first of a call, and a try that a wake-up
-     * sent) also reads the row: it may
-     * have been deleted meanwhile (reaper, an insert-strategy release) and
-     * need creating again, or have passed to another strategy. Reading
-     * on every poll would give back the holder's edge. */
-    if (v == VERSION_ANY && op->attempt % 8 != 0 && !woken) return DBLOCK_EBUSY;
+  (void)wait_ms;
+  if ((rc = cas(op, v, row, sizeof row)) != DBLOCK_EBUSY) return rc;
+  /* A queued CAS says why it missed. Kept out (held, or someone ahead in
+   * the queue): wait. Not kept out: only the version was stale — take
+   * the free row at whatever version, at once. */
+  if (op->place.channel && row[0] && strcmp(row, "for_update") != 0) {
+    if (!op->place.kept_out && (rc = cas(op, VERSION_ANY, row, sizeof row)) != DBLOCK_EBUSY)
+      return rc;
+    op->taken = 1;
+    return DBLOCK_EBUSY;
   }
-  /* A miss, or nothing known: read (creating a missing row), and CAS
-   * again while the row keeps moving but stays free. */
+  /* The first attempt of a call, every 8th poll and a try that a wake-up
+   * sent also read the row: it may be missing (never created, reaped,
+   * deleted by an insert-strategy release) and need creating, or belong
+   * to another strategy. Reading on every poll would give back the
+   * holder's edge: a holder that releases and takes the name again at
+   * once needs one statement, a waiter that reads first two. */
+  if (op->attempt % 8 != 0 && !woken) return DBLOCK_EBUSY;
+  /* Read (creating a missing row), and CAS again while the row keeps
+   * moving but stays free. */
   for (int round = 0; round < 3; round++) {
     if ((rc = read_row(op, &v, &other)) != 0) return rc;
-    op->version_hint = v;
     if (other) {
-      op->version_hint = VERSION_ANY;
       op->taken = 1;
       return DBLOCK_EBUSY;
     }
-    if ((rc = cas(op, v, row, sizeof row)) != DBLOCK_EBUSY) {
-      if (rc == 0) op->version_hint = op->g.version;
-      return rc;
-    }
+    if ((rc = cas(op, v, row, sizeof row)) != DBLOCK_EBUSY) return rc;
   }
-  op->version_hint = VERSION_ANY;
   return DBLOCK_EBUSY;
 }
 
@@ -170,5 +155,4 @@ const dbl_strategy dbl_strategy_optimistic = {
     .release = optimistic_release,
     .renew = dbl_lease_renew,
     .released = dbl_lease_released,
-    .version_hints = 1,
 };

@@ -57,8 +57,8 @@ typedef struct dbl_op {
   dbl_grant g;
   int reentrant;          /* this owner already holds the name */
   int attempt;            /* 0 for the first try of this acquire call, then 1, 2, ... */
-  int64_t version_hint;   /* last known row version, -1 = none (insert: only
-                             whether the row was seen) */
+  int64_t version_hint;   /* a reentrant call: the caller's hold's row version
+                             (optimistic's CAS names it); else -1 */
   int taken;              /* out: the acquire statement answered "another owner
                              holds it" (not a lock wait or a deadlock: those
                              are DBLOCK_EBUSY too, with taken 0) */
@@ -90,12 +90,6 @@ typedef struct dbl_strategy {
   int (*released)(dbl_op *op);
   /* Extends the lease (or checks the session). 0, DBLOCK_ELOST, or error. */
   int (*renew)(dbl_op *op);
-  int version_hints;   /* the core keeps each name's last row version for
-                          the next acquire (op->version_hint; -1: none,
-                          the strategy's own answers may clear it), for
-                          about a lease: the row may be reaped after that
-                          (optimistic: its CAS needs no read first; W1
-                          1.18x on PostgreSQL, 1.31x on MariaDB) */
   /* Completes what a row of this strategy says (o filled from the row:
    * held by its state and lease, the owner by its columns) where the row
    * alone cannot tell — a lock held by an open transaction. op has a
