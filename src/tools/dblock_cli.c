@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "out.h"
 
@@ -137,11 +138,40 @@ static void on_lost(const char *name, int64_t fence, int reason, void *arg) {
 /* The log hook of --quiet: drops the library's warnings and notes. */
 static void drop_log(int level, const char *msg, void *arg) { (void)level, (void)msg, (void)arg; }
 
+/* The file a sqlite:// URL names, into path (0), or 1 when the URL is
+ * not SQLite or its path is escaped (%XX: the library decodes it, and
+ * judges it). */
+static int sqlite_path(const char *url, char *path, size_t n) {
+  const char *p = url + strlen("sqlite://"), *end;
+  if (strncmp(url, "sqlite://", strlen("sqlite://")) != 0) return 1;
+  end = strchr(p, '?') ? strchr(p, '?') : p + strlen(p);
+  if (end == p || (size_t)(end - p) >= n || memchr(p, '%', (size_t)(end - p))) return 1;
+  memcpy(path, p, (size_t)(end - p));
+  path[end - p] = 0;
+  return 0;
+}
+
 int cli_open_client(dblock_client **cl, args *a) {
   dblock_options o = DBLOCK_OPTIONS_INIT;
   const char *url = cli_url(a->url);
   int rc;
   if (!url) return cli_usage_error(a, "no database URL: give --url or set DBLOCK_URL");
+  {
+    /* A SQLite file is created by migrate alone: any other command on a
+     * missing file (a mistyped path) would create an empty database, and
+     * then say the schema is missing. */
+    char path[4096];
+    if (a->cmd && strcmp(a->cmd->name, "migrate") != 0 && !sqlite_path(url, path, sizeof path) &&
+        access(path, F_OK) != 0 && errno == ENOENT) {
+      char msg[4200];
+      snprintf(msg, sizeof msg,
+               "no SQLite database file '%s' (a mistyped path? 'dblock migrate' creates it)",
+               path);
+      if (a->json) fail_json(DBLOCK_ECONN, msg, NULL);
+      fprintf(stderr, "%s: %s: %s\n", PROG, a->cmd->name, msg);
+      return CLI_DBERR;
+    }
+  }
   o.strategy = a->strategy;
   o.table = a->table;
   o.owner_host = a->owner_host;
