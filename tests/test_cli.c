@@ -679,7 +679,7 @@ static void t_doctor(const char *be) {
   cmdv c = dblock_cmd(b->url, NULL);
   result r;
   json_object *v, *f;
-  int topo = 0, schema = 0;
+  int topo = 0, schema = 0, conns = 0, server = strcmp(be, "sqlite") != 0;
   cv_addl(&c, "doctor", "--json", NULL);
   r = run(&c, 30000);
   expect_code(&r, &c, 0);
@@ -692,9 +692,16 @@ static void t_doctor(const char *be) {
     topo |= strcmp(topic, "topology") == 0 && strcmp(sev, "ok") == 0;
     schema |= strcmp(topic, "schema") == 0 && strcmp(sev, "ok") == 0 &&
               strstr(jstr(jat(f, k), "text", r.out), "migrations applied") != NULL;
+    /* (the sizing rule against the server's limit: docs/waiting.md) */
+    conns |= strcmp(topic, "connections") == 0 &&
+             strstr(jstr(jat(f, k), "text", r.out), "of max_connections") != NULL &&
+             strstr(jstr(jat(f, k), "text", r.out), "pool_size") != NULL;
   }
   if (!topo || !schema)
     fail_msg("`%s`: expected an ok topology and an ok schema finding: %s", cmdline(&c), r.out);
+  if (conns != server)
+    fail_msg("`%s`: expected %s connections finding: %s", cmdline(&c), server ? "a" : "no",
+             r.out);
 }
 
 static void t_list_json(const char *be) {

@@ -44,6 +44,36 @@ static int clock_offset(dblock_client *cl, dbl_pconn *pc, int64_t *off, dbl_err 
   return rc;
 }
 
+/* The sizing rule for this client's strategy against the server's
+ * connection limit (docs/waiting.md, "Connections"): for_update pins a
+ * connection per holder and per waiter; the leased strategies need at
+ * most pool_size per client, one reserve while holding, and on
+ * PostgreSQL a listener. Where the server has no limit (SQLite): none. */
+static void connection_findings(dblock_client *cl, dbl_pconn *pc, dblock_finding *f, int *n) {
+  dbl_sqlrun x = dbl_runner(cl, pc->c, &(dbl_err){0});
+  dbl_out o;
+  int64_t max, used;
+  if (!cl->defs[DBL_S_CONN_USE].sql || dbl_sql_run(&x, DBL_S_CONN_USE, NULL, 0, &o, 1) != 0)
+    return;
+  max = o.res.nrows ? dbl_res_i64(&o.res, 0, 0) : 0;
+  used = o.res.nrows ? dbl_res_i64(&o.res, 0, 1) : 0;
+  dbl_res_clear(&o.res);
+  if (max <= 0) return;
+  if (cl->strat->pins_connection)
+    note(f, n, used * 10 >= max * 8 ? DBLOCK_SEV_WARN : DBLOCK_SEV_INFO, "connections",
+         "size max_connections for every holder + every waiter + one per client",
+         "%lld of max_connections %lld in use; the %s strategy pins a connection per holder "
+         "and per waiter",
+         (long long)used, (long long)max, cl->strat->name);
+  else
+    note(f, n, used * 10 >= max * 8 ? DBLOCK_SEV_WARN : DBLOCK_SEV_OK, "connections",
+         used * 10 >= max * 8 ? "raise max_connections, or lower pool_size" : NULL,
+         "%lld of max_connections %lld in use; a client of the %s strategy needs at most "
+         "pool_size (%d) + 1 while it holds a lock%s, however many of its threads wait",
+         (long long)used, (long long)max, cl->strat->name, cl->opts.pool_size,
+         dbl_queue_possible(cl) ? " + 1 listener" : "");
+}
+
 static void schema_findings(dblock_client *cl, dblock_finding *f, int *n) {
   dblock_migration_info *mi = NULL;
   size_t count = 0, applied = 0, bad = 0;
@@ -123,6 +153,10 @@ int dblock_doctor(dblock_finding **out, size_t *count, dblock_client *cl) {
                         : "SQLite leases follow each process's own clock (this host: "
                           "offset %+.3f s, always 0)",
          (double)off / 1e6);
+  }
+  if (dbl_pool_get(cl, &pc, 0, &e) == 0) {
+    connection_findings(cl, pc, f, &n);
+    dbl_pool_return(cl, pc, 0);
   }
   schema_findings(cl, f, &n);
   *out = f;

@@ -282,6 +282,9 @@ const dbl_sqldef dbl_sql_mysql[DBL_S_COUNT] = {
     [DBL_S_DROP_GRANT] = {DROP_GRANT, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP] = {NULL, NULL, 0, DBL_OUT_NONE}, /* reap_batch */
     [DBL_S_SERVER_NOW] = {SERVER_NOW, NULL, 1, DBL_OUT_NONE},
+    [DBL_S_CONN_USE] = {"SELECT @@max_connections, (SELECT VARIABLE_VALUE FROM "
+                        "information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'THREADS_CONNECTED')",
+                        NULL, 1, DBL_OUT_NONE},
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_LIST] = {MIG_LIST, NULL, 1, DBL_OUT_NONE},
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},

@@ -425,6 +425,9 @@ const dbl_sqldef dbl_sql_postgres[DBL_S_COUNT] = {
     [DBL_S_DROP_GRANT] = {DROP_GRANT, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP] = {REAP, "010", 0, DBL_OUT_NONE},
     [DBL_S_SERVER_NOW] = {NULL, NULL, 0, DBL_OUT_NONE}, /* RETURNING gives the expiry */
+    [DBL_S_CONN_USE] = {"SELECT current_setting('max_connections')::int8, "
+                        "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+                        NULL, 1, DBL_OUT_NONE},
     [DBL_S_QUEUE_LEAVE] = {QUEUE_LEAVE, NULL, 1, DBL_OUT_NONE},
     [DBL_S_QUEUE_REAP] = {QUEUE_REAP, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},

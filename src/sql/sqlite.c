@@ -166,6 +166,7 @@ const dbl_sqldef dbl_sql_sqlite[DBL_S_COUNT] = {
     [DBL_S_DROP_GRANT] = {DROP_GRANT, NULL, 0, DBL_OUT_NONE},
     [DBL_S_REAP] = {REAP, NULL, 0, DBL_OUT_NONE},
     [DBL_S_SERVER_NOW] = {NULL, NULL, 0, DBL_OUT_NONE}, /* RETURNING gives the expiry */
+    [DBL_S_CONN_USE] = {NULL, NULL, 0, DBL_OUT_NONE}, /* no server */
     [DBL_S_MIG_TRACK] = {MIG_TRACK, NULL, 0, DBL_OUT_NONE},
     [DBL_S_MIG_LIST] = {MIG_LIST, NULL, 1, DBL_OUT_NONE},
     [DBL_S_MIG_RECORD] = {MIG_RECORD, NULL, 0, DBL_OUT_NONE},

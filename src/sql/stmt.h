@@ -121,6 +121,9 @@ typedef enum dbl_sid {
   /* the server's clock, µs since the epoch (no params); NULL where every
    * granting statement returns the expiry itself. */
   DBL_S_SERVER_NOW,
+  /* the server's connection limit and the connections open now (columns
+   * 0 and 1; no params), for dblock_doctor; NULL where there is no server. */
+  DBL_S_CONN_USE,
   /* migrations: create the tracking table (script), list applied
    * (columns: version, checksum, applied µs), record one (params: version,
    * name, checksum). */
