@@ -261,6 +261,14 @@ install: all
 	  install -m 644 $(B)/migrations-export/golang-migrate/$$d/*.sql \
 	    $(DESTDIR)$(DATADIR)/dblock/migrations/golang-migrate/$$d/; \
 	done
+	install -d $(DESTDIR)$(DATADIR)/bash-completion/completions
+	install -m 644 dist/bash-completion/dblock $(DESTDIR)$(DATADIR)/bash-completion/completions/dblock
+	install -d $(DESTDIR)$(LIBDIR)/cmake/dblock
+	for f in dblockConfig dblockConfigVersion; do \
+	  sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCDIR@|$(INCDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@SOMAJOR@|$(SOMAJOR)|g' dist/cmake/$$f.cmake.in > $(DESTDIR)$(LIBDIR)/cmake/dblock/$$f.cmake; \
+	  chmod 644 $(DESTDIR)$(LIBDIR)/cmake/dblock/$$f.cmake; \
+	done
 	install -d $(DESTDIR)$(DATADIR)/dblock/systemd
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@DATADIR@|$(DATADIR)|g' dist/systemd/dblock-reaper.service.in \
 	  > $(DESTDIR)$(DATADIR)/dblock/systemd/dblock-reaper.service
@@ -278,7 +286,13 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man1/dblock.1 $(DESTDIR)$(MANDIR)/man1/dblock-bank.1 \
 	  $(DESTDIR)$(MANDIR)/man8/dblock-reaper.8 \
 	  $(DESTDIR)$(MANDIR)/man3/dblock.3 $(DESTDIR)$(MANDIR)/man3/dblock_*.3
-	rm -rf $(DESTDIR)$(DATADIR)/dblock
+	rm -rf $(DESTDIR)$(DATADIR)/dblock $(DESTDIR)$(LIBDIR)/cmake/dblock
+	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/dblock
+	@# (and the directories install made, once empty: up to the first one that is not)
+	-rmdir -p --ignore-fail-on-non-empty $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(LIBDIR)/cmake \
+	  $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 \
+	  $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 \
+	  $(DESTDIR)$(DATADIR)/bash-completion/completions 2>/dev/null
 
 clean:
 	rm -rf build build-asan build-tsan

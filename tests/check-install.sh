@@ -64,6 +64,18 @@ if [ -x "$exe" ] && [ "$exe" = "$tmp/prefix/sbin/dblock-reaper" ] &&
     grep -q '^OnCalendar=' "$share/systemd/dblock-reaper.timer"; then
   ok "systemd service and timer for the reaper installed"
 else ko "systemd service and timer for the reaper installed" "ExecStart=$exe"; fi
+# CMake: find_package(dblock) gives the imported target dblock::dblock.
+if command -v cmake >/dev/null 2>&1; then
+  mkdir -p "$tmp/cm"
+  cp "$tmp/app.c" "$tmp/cm/app.c"
+  printf '%s\n' 'cmake_minimum_required(VERSION 3.13)' 'project(app C)' \
+    'find_package(dblock 0.1 REQUIRED)' 'add_executable(app app.c)' \
+    'target_link_libraries(app dblock::dblock)' >"$tmp/cm/CMakeLists.txt"
+  if cmake -S "$tmp/cm" -B "$tmp/cm/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/cm.log" 2>&1 &&
+      cmake --build "$tmp/cm/b" >>"$tmp/cm.log" 2>&1 &&
+      [ "$("$tmp/cm/b/app" "sqlite://$tmp/c.db")" = ok ]; then ok "CMake find_package(dblock) -> dblock::dblock"
+  else ko "CMake find_package(dblock) -> dblock::dblock" "$(tail -10 "$tmp/cm.log")"; fi
+else ko "CMake find_package(dblock)" "cmake is not installed (tests/install-deps.sh installs it)"; fi
 # man 3 from the install prefix: the overview, and a function's page (a
 # .so alias of its group's page, generated from dblock.h).
 man3=$tmp/prefix/share/man
@@ -91,6 +103,14 @@ if (cd "$src" && make -s -j2 WITH_PG=0 WITH_MYSQL=0 lib build/dblock build/dbloc
   else ko "make WITH_PG=0 WITH_MYSQL=0: no client library, clear refusal, demo runs" \
     "$needed" "exit $code: $msg" "$(tail -5 "$tmp/bank.log")"; fi
 else ko "make WITH_PG=0 WITH_MYSQL=0" "$(tail -5 "$tmp/nodb.log")"; fi
+# Bash completion installed and loadable; uninstall leaves nothing behind.
+comp=$tmp/prefix/share/bash-completion/completions/dblock
+if [ -e "$comp" ] && bash -c ". '$comp' && COMP_WORDS=(dblock ru) COMP_CWORD=1 && _dblock &&
+    [ \"\${COMPREPLY[*]}\" = run ]"; then ok "bash completion installed"
+else ko "bash completion installed" "$(ls "$tmp/prefix/share" 2>&1)"; fi
+if make -s uninstall PREFIX="$tmp/prefix" >"$tmp/uninstall.log" 2>&1 && [ ! -e "$tmp/prefix" ]; then
+  ok "make uninstall leaves no file or directory"
+else ko "make uninstall leaves no file or directory" "$(find "$tmp/prefix" 2>&1 | head -10)"; fi
 echo "[  PASSED  ] $pass test(s)."
 [ "$fail" -eq 0 ] || echo "[  FAILED  ] $fail test(s)."
 [ "$fail" -eq 0 ]

@@ -12,7 +12,7 @@
 set -euo pipefail
 
 demo_pkgs=(gcc make pkg-config libsqlite3-dev libpq-dev default-libmysqlclient-dev)
-full_pkgs=("${demo_pkgs[@]}" postgresql-15 mariadb-server galera-4 rsync pgbouncer libcmocka-dev libjson-c-dev faketime socat valgrind redis-server libhiredis-dev)
+full_pkgs=("${demo_pkgs[@]}" postgresql-15 mariadb-server galera-4 rsync pgbouncer libcmocka-dev libjson-c-dev faketime socat valgrind redis-server libhiredis-dev cmake)
 
 case "${1:-}" in
     "") pkgs=("${full_pkgs[@]}") ;;
