@@ -163,6 +163,9 @@ for be in $backends; do
     "$(field "$mem" check)"
 done
 echo "figures: $out"
+# The chart (W1 cycles/s and W2 p99 wait beside the floor and Redis).
+sh tools/bench-chart.sh "$out" "make bench, $(git rev-parse --short HEAD 2>/dev/null || echo '?'), ${window} ms windows" \
+  >"${out%.json}.svg" && echo "chart: ${out%.json}.svg"
 if [ "$fails" -ne 0 ]; then
   echo "bench: $fails measurement(s) FAILED their check"
   exit 1
