@@ -60,6 +60,8 @@ struct dbl_held {
   int lost_notified;  /* LOST_UNTOLD, LOST_TELLING (the callback is
                          running), LOST_TOLD */
   dbl_pconn *pinned;  /* for_update: the connection holding the txn */
+  dbl_pconn *granted_on; /* a leased grant's connection, from the attempt
+                            until the grant is published (lock.c) */
 };
 
 struct dblock_lock {

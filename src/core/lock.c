@@ -145,12 +145,15 @@ static int strategy_acquire(dblock_client *cl, dbl_pconn *pc, struct dbl_held *h
 }
 
 /* Gives back the connection of an attempt that returned rc: for_update
- * keeps a grant's connection pinned in h; a leased grant's becomes the
- * client's reserve for its renewals and releases (if it has none); any
+ * keeps a grant's connection pinned in h; a leased grant's is kept in
+ * h->granted_on until the grant is published, then becomes the client's
+ * reserve for its renewals and releases (dblock_lock_acquire: kept as the
+ * reserve before the entry is linked, a release of another entry that
+ * found the client holding nothing would hand it back to the pool); any
  * other goes back to the pool. */
 static void attempt_done(dblock_client *cl, struct dbl_held *h, dbl_pconn *pc, int rc) {
   if (rc == 0 && cl->strat->pins_connection) h->pinned = pc; /* held idle between calls */
-  else if (rc == 0) dbl_pool_keep_reserve(cl, pc);
+  else if (rc == 0) (void)dbl_call_end(cl, pc), h->granted_on = pc; /* (cut: closed later) */
   else dbl_pool_return(cl, pc, rc);
 }
 
@@ -162,7 +165,15 @@ static void attempt_done(dblock_client *cl, struct dbl_held *h, dbl_pconn *pc, i
 static int attempt_conn(dblock_client *cl, const dbl_waiting *w, dbl_pconn **out, dbl_err *e) {
   int pins = cl->strat->pins_connection, rc;
   dbl_pconn *pc;
-  rc = pins ? dbl_pool_get_by(cl, &pc, 1, 0, e) : dbl_pool_get_acq(cl, &pc, w->deadline, e);
+  /* (a reentrant attempt holds the claim on its outer hold, which keeps
+   * the watchdog off it: it must not wait for one of the acquires'
+   * connections, so it borrows as the holders' calls do) */
+  rc = pins || w->reentrant ? dbl_pool_get_by(cl, &pc, pins, 0, e)
+                            : dbl_pool_get_acq(cl, &pc, w->deadline, e);
+  /* No connection of the pool came free in time: a waiter sleeps and
+   * tries again like after a busy answer (its own deadline decides); a
+   * try says why it failed. */
+  if (rc == DBLOCK_ETIMEOUT && w->wait_ms != 0 && !pins && !w->reentrant) return DBLOCK_EBUSY;
   if (rc != 0) return rc;
   if (!pins) rc = cl->drv->set_lock_wait(pc->c, 1000, e);
   else if (cl->drv->idle_guard) rc = cl->drv->idle_guard(pc->c, dbl_txn_idle_limit(cl), e);
@@ -350,6 +361,7 @@ static void acquire_outer_lost(acq *a) {
   a->w.tries = 0; /* (a fresh acquire: its first attempt says "another strategy") */
   memset(a->h, 0, sizeof *a->h);
   fresh_entry(a->h, cl, a->name, a->thread, a->lease_ms, a->auto_renew);
+  a->w.lease_ms = a->h->lease_ms; /* (the poll window follows the fresh lease) */
 }
 
 /* Acquire, phase 3: attempts until granted, refused or out of time; the
@@ -390,7 +402,7 @@ static int acquire_fail(acq *a, int rc) {
   else if (rc == DBLOCK_ECANCELED) DBL_COUNT(cl, cancelled);
   else DBL_COUNT(cl, failures);
   if (rc == DBLOCK_EBUSY) return dbl_failf(cl, rc, "lock '%s' is held by another owner", a->name);
-  if (rc == DBLOCK_ETIMEOUT)
+  if (rc == DBLOCK_ETIMEOUT && a->wait_ms > 0)
     return dbl_failf(cl, rc, "timed out after %lld ms waiting for lock '%s'",
                      (long long)a->wait_ms, a->name);
   if (rc == DBLOCK_ECANCELED)
@@ -489,8 +501,14 @@ int dblock_lock_acquire(dblock_lock **out, dblock_client *cl, const char *name,
     rc = acquire_wait(&a);
     cl->waiter->end(&a.w, rc);
     dbl_lock(cl);
-    if (rc != 0) rc = acquire_fail(&a, rc);
-    else local = acquire_publish(&a), a.h = NULL;
+    if (rc != 0) {
+      rc = acquire_fail(&a, rc);
+    } else {
+      dbl_pconn *granted_on = a.h->granted_on;
+      a.h->granted_on = NULL;
+      local = acquire_publish(&a), a.h = NULL;
+      if (granted_on) dbl_pool_keep_reserve(cl, granted_on);
+    }
   } else if (rc == 1) {
     rc = 0;
   }

@@ -361,8 +361,11 @@ int dbl_pool_get_acq(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
 int dbl_pool_get_owner(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_err *e) {
   dbl_pconn *pc;
   dbl_lock(cl);
-  pc = cl->closing || dbl_foreign(cl) ? NULL : cl->reserve;
-  cl->reserve = NULL;
+  pc = NULL;
+  if (!cl->closing && !dbl_foreign(cl)) {
+    pc = cl->reserve; /* (closing: client free closes it) */
+    cl->reserve = NULL;
+  }
   dbl_unlock(cl);
   if (pc && !cl->drv->broken(pc->c) && (!cl->drv->idle_alive || cl->drv->idle_alive(pc->c))) {
     dbl_call_bound(cl, pc, deadline_ms);

@@ -169,7 +169,9 @@ static int queue_before(dbl_waiting *w) {
  * thread that could not start): backoff. */
 static void queue_sleep(dbl_waiting *w) {
   dblock_client *cl = w->cl;
-  if (!w->place.ticket && !w->queued && dbl_queue_ready(cl, left_or(w, LISTEN_WAIT_MS))) return;
+  if (!w->place.ticket && !w->queued && !w->reentrant &&
+      dbl_queue_ready(cl, left_or(w, LISTEN_WAIT_MS)))
+    return;
   if (w->place.ticket && dbl_queue_ready(cl, 0))
     dbl_queue_sleep(cl, w->place.ticket, left_or(w, dbl_wait_poll_ms(cl, w->lease_ms)));
   else
@@ -229,6 +231,7 @@ static int board_before(dbl_waiting *w) {
     until = dbl_board_handed_until(w->cl, w->bhash, win, &taken);
     cap = (w->tries > 0 ? w->tried_ms : w->started) + (taken ? win : 2 * win);
     if (until > cap) until = cap;
+    if (w->wait_ms > 0 && until > w->deadline) until = w->deadline;
     if (until > dbl_mono_ms()) {
       board_sleep_until(w, until);
       w->place.woken = 1; /* (the name went round meanwhile, most likely) */

@@ -358,6 +358,9 @@ static int acquire_verbose(dblock_lock **l, dblock_client *cl, const args *a, co
   snprintf(prefix, sizeof prefix, "waiting for lock '%s' (%s)", cell, limit);
   holder_line(line, sizeof line, cl, a, name, prefix);
   fputs(line, stderr);
+  /* (the look at the holder took time too: what is left is counted
+   * again, so the whole wait stays within --wait) */
+  if (a->wait_ms > 0 && (left = a->wait_ms - (cli_mono_ms() - t0)) <= 0) return DBLOCK_ETIMEOUT;
   started = reporter_start(&r) == 0;
   rc = dblock_lock_acquire(l, cl, name, left, lease_ms);
   if (started) reporter_stop(&r);
