@@ -1806,6 +1806,55 @@ static void test_board_hand_off_outlasts_hold(void **s) {
   if (bad) fail_msg("%d of 16 rounds out of arrival order (want 0 1 2 3)", bad);
 }
 
+/* The wake board's hard variant of a timed wait: c's timed acquire (100
+ * ms) comes while the sleeper a release just woke holds the name, so the
+ * board keeps c behind it untried for up to c's poll window (here 1 s).
+ * c must answer ETIMEOUT at its deadline, sleeping meanwhile: the hold
+ * once was judged before it was clamped to the deadline, and an acquire
+ * whose first attempt had not run yet spun, without sleeping, until the
+ * record ran out (about 1 s here) — past its deadline, a core busy. */
+static void test_board_timed_wait_behind_hold(void **s) {
+  char name[128];
+  dblock_client *a, *b, *c;
+  dblock_lock *l = NULL;
+  waiter w;
+  pthread_t th;
+  int64_t t0, el, busy_ms = 0;
+  struct timespec c0, c1;
+  int tid, rc;
+  (void)s;
+  if (!wakes_by_board()) skip();
+  a = cli(0);
+  b = cli_queue(0, 5000);
+  c = cli_queue(0, 1000);
+  snprintf(name, sizeof name, "%s", tu_name("board-timed"));
+  l = tu_acquire(a, name, 0, 0);
+  w = (waiter){.c = b, .name = name, .hold_ms = 1500, .rc = -99};
+  assert_int_equal(pthread_create(&th, NULL, blocking_waiter, &w), 0);
+  while ((tid = atomic_load(&w.tid)) == 0) tu_sleep_ms(1);
+  if (tu_thread_in_board_sleep(tid) == 0) fail_msg("b was not asleep on the wake board");
+  must_release(l); /* (wakes b, which takes the name and holds it 1.5 s) */
+  for (int i = 0; i < 200 && w.rc == -99; i++) tu_sleep_ms(5);
+  assert_int_equal(w.rc, 0);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+  t0 = tu_now_ms();
+  rc = dblock_lock_acquire(&l, c, name, 100, 0);
+  el = tu_now_ms() - t0;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+  busy_ms = (c1.tv_sec - c0.tv_sec) * 1000 + (c1.tv_nsec - c0.tv_nsec) / 1000000;
+  pthread_join(th, NULL);
+  print_message("board timed wait: ETIMEOUT after %lld ms, %lld ms of CPU\n", (long long)el,
+                (long long)busy_ms);
+  assert_int_equal(rc, DBLOCK_ETIMEOUT);
+  if (el > (tu_slow_tree() ? 700 : 500) || busy_ms > 200)
+    fail_msg("a 100 ms wait behind the board's hold took %lld ms (%lld ms of CPU): it spun "
+             "past its deadline",
+             (long long)el, (long long)busy_ms);
+  dblock_client_free(a);
+  dblock_client_free(b);
+  dblock_client_free(c);
+}
+
 /* Tickets in the wait queue for name (the queue table of cur.table). */
 static int64_t queue_tickets(const char *name) {
   char sql[512];
@@ -2250,6 +2299,7 @@ int main(void) {
       cmocka_unit_test(test_release_wakes_waiter),
       cmocka_unit_test(test_release_hands_off_in_order),
       cmocka_unit_test(test_board_hand_off_outlasts_hold),
+      cmocka_unit_test(test_board_timed_wait_behind_hold),
       cmocka_unit_test(test_fair_mode),
       cmocka_unit_test(test_stalled_listener_falls_back_to_polling),
       cmocka_unit_test(test_head_waiter_polls_lock_nothing),
