@@ -48,8 +48,8 @@ static void help(void) {
       "  -q, --quiet        print nothing on success\n"
       "  -v, --verbose      also print the settings and each stop\n"
       "  --json             one JSON object per pass on stdout:\n"
-      "                       {\"deleted\":N,\"seconds\":F,\"ok\":true}\n"
-      "                       {\"deleted\":0,\"seconds\":F,\"ok\":false,\"error\":\"...\"}\n"
+      "                       {\"version\":V,\"deleted\":N,\"seconds\":F,\"ok\":true}\n"
+      "                       {\"version\":V,\"deleted\":0,...,\"ok\":false,\"error\":\"...\"}\n"
       "  -h, --help         this help\n"
       "  -V, --version      print the version\n"
       "\n"
@@ -77,7 +77,8 @@ static int pass(dblock_client *cl, int64_t grace_ms, int batch, int json, int qu
   double secs = (double)(mono_ms() - t0) / 1000.0;
   if (rc == 0) {
     if (json)
-      printf("{\"deleted\":%lld,\"seconds\":%.3f,\"ok\":true}\n", (long long)deleted, secs);
+      printf("{\"version\":\"%s\",\"deleted\":%lld,\"seconds\":%.3f,\"ok\":true}\n",
+             DBLOCK_VERSION_STRING, (long long)deleted, secs);
     else if (!quiet)
       printf("deleted %lld expired lock row%s in %.3f s\n", (long long)deleted,
              deleted == 1 ? "" : "s", secs);
@@ -85,8 +86,8 @@ static int pass(dblock_client *cl, int64_t grace_ms, int batch, int json, int qu
     dblock_error_info ei;
     dblock_client_last_error(cl, &ei);
     if (json) {
-      printf("{\"deleted\":%lld,\"seconds\":%.3f,\"ok\":false,\"error\":", (long long)deleted,
-             secs);
+      printf("{\"version\":\"%s\",\"deleted\":%lld,\"seconds\":%.3f,\"ok\":false,\"error\":",
+             DBLOCK_VERSION_STRING, (long long)deleted, secs);
       cli_json_str(stdout, ei.code == rc && ei.message[0] ? ei.message : dblock_strerror(rc));
       puts("}");
     }
@@ -175,7 +176,8 @@ int main(int argc, char **argv) {
     if (json) {
       dblock_error_info ei;
       dblock_last_error(&ei);
-      fputs("{\"deleted\":0,\"seconds\":0.000,\"ok\":false,\"error\":", stdout);
+      printf("{\"version\":\"%s\",\"deleted\":0,\"seconds\":0.000,\"ok\":false,\"error\":",
+             DBLOCK_VERSION_STRING);
       cli_json_str(stdout, ei.code == rc && ei.message[0] ? ei.message : dblock_strerror(rc));
       puts("}");
       fflush(stdout);
