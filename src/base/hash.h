@@ -17,4 +17,12 @@ static inline uint64_t dbl_fnv1a(uint64_t h, const char *s) {
   return h;
 }
 
+/* FNV-1a over n strings, each followed by a separator that never occurs
+ * in UTF-8 (0xff), so that ("ab", "c") and ("a", "bc") differ. */
+static inline uint64_t dbl_parts_hash(const char *const *parts, int n) {
+  uint64_t h = DBL_FNV_INIT;
+  for (int i = 0; i < n; i++) h = dbl_fnv1a(dbl_fnv1a(h, parts[i]), "\xff");
+  return h;
+}
+
 #endif

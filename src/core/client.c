@@ -48,12 +48,6 @@ const char *dblock_strategy_name(dblock_strategy s) {
   return st ? st->name : NULL;
 }
 
-uint64_t dbl_parts_hash(const char *const *parts, int n) {
-  uint64_t h = DBL_FNV_INIT;
-  for (int i = 0; i < n; i++) h = dbl_fnv1a(dbl_fnv1a(h, parts[i]), "\xff"); /* (never in UTF-8) */
-  return h;
-}
-
 int dblock_strategy_parse(dblock_strategy *out, const char *name) {
   char canon[32];
   const dbl_strategy *st;

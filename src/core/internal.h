@@ -411,9 +411,6 @@ void dbl_queue_stop(dblock_client *cl);
 /* Statements the listener sent; caller holds mu. */
 uint64_t dbl_queue_trips(const dblock_client *cl);
 
-/* FNV-1a over n strings, each followed by a separator (the wake
- * board's name hash). */
-uint64_t dbl_parts_hash(const char *const *parts, int n);
 
 /* ---- the wake board (board.c) ---- */
 /* 1 if this client's waiters sleep on the wake board: the driver names

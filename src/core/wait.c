@@ -20,8 +20,9 @@
  *   TURN_MS         100     a turn handed to a waiter by a release keeps
  *                           newcomers off the name that long (fair mode:
  *                           the alive window): no barging (W2 fairness)
- *   QUEUE_FIRST     on      a client that has waited before queues with
- *                           its first attempt (PostgreSQL W2/W4)
+ *   queue first     on      a client that has waited before queues with
+ *                           its first attempt (PostgreSQL W4: 3 statements
+ *                           per grant, not 5; queue_before)
  *   LISTEN_WAIT_MS  1000    the first waiter of a client waits this long
  *                           for its listener's LISTEN, so that a process
  *                           that waits once (`dblock run`) is woken too
@@ -42,12 +43,6 @@
 #define TURN_MS 100
 #define LISTEN_WAIT_MS 1000
 #define BOARD_MISSES 3
-/* A client whose listener listens (it waited before) queues with a blocking
- * acquire's first attempt: one statement less per hand-over (the A/B is in
- * docs/waiting.md). */
-#ifndef QUEUE_FIRST
-#define QUEUE_FIRST 1
-#endif
 
 void dbl_wait_init(dbl_waiting *w, dblock_client *cl, const char *name, int64_t wait_ms) {
   memset(w, 0, sizeof *w);
@@ -96,8 +91,8 @@ static void backoff(dbl_waiting *w) {
   int64_t limit = cl->opts.backoff_max_ms;
   if (dbl_mono_ms() - w->started < FAST_PHASE_MS && limit > 8 * cl->opts.backoff_min_ms)
     limit = 8 * cl->opts.backoff_min_ms;
-  if (w->wait_ms > 0 && us > left_or(w, INT64_MAX / 1000) * 1000)
-    us = left_or(w, INT64_MAX / 1000) * 1000;
+  if (w->wait_ms > 0 && us > (w->deadline - dbl_mono_ms()) * 1000)
+    us = (w->deadline - dbl_mono_ms()) * 1000;
   if (us > 0) dbl_cancel_sleep(cl, us);
   w->cap_ms = w->cap_ms * 2 > limit ? limit : w->cap_ms * 2;
 }
@@ -149,14 +144,14 @@ static const dbl_waiter waiter_server = {
  * be notified, and always in fair mode (a newcomer's ticket is what keeps
  * it behind older ones); a try never does. A client that listens already
  * (it has waited before) queues with its first attempt; one that never
- * waited runs the plain statement first (QUEUE_FIRST below). */
+ * waited runs the plain statement first. */
 static int queue_before(dbl_waiting *w) {
   dblock_client *cl = w->cl;
   int64_t alive = dbl_wait_poll_ms(cl, w->lease_ms) * 4;
   w->place.fair = cl->opts.fair;
   w->queued = w->wait_ms != 0 && !w->reentrant &&
               (w->place.ticket || cl->opts.fair ||
-               (w->tries > 0 ? dbl_queue_ready(cl, 0) : QUEUE_FIRST && dbl_queue_listening(cl)));
+               (w->tries > 0 ? dbl_queue_ready(cl, 0) : dbl_queue_listening(cl)));
   w->place.channel = w->queued ? dbl_queue_channel(cl) : NULL;
   w->place.alive_us = alive * 1000;
   w->place.turn_us = (cl->opts.fair || alive < TURN_MS ? alive : TURN_MS) * 1000;
