@@ -325,7 +325,7 @@ static void *reaper_main(void *arg) {
   while (!cl->closing) {
     int64_t at = dbl_mono_ms() + cl->opts.reaper_interval_ms;
     struct timespec ts = {.tv_sec = at / 1000, .tv_nsec = (at % 1000) * 1000000};
-    while (!cl->closing && dbl_mono_ms() < at) dbl_timedwait(cl, &cl->reaper_wake, &ts);
+    while (!cl->closing && dbl_mono_ms() < at) dbl_timedwait(cl, &cl->reaper.wake, &ts);
     if (cl->closing) break;
     dbl_unlock(cl);
     dblock_reap(cl, cl->opts.reaper_grace_ms, 1000, NULL);
@@ -337,9 +337,9 @@ static void *reaper_main(void *arg) {
 
 int dbl_reaper_start(dblock_client *cl) {
   dbl_threads_here(cl); /* (before the thread: a fork in between must not adopt) */
-  if (pthread_create(&cl->reaper, NULL, reaper_main, cl) != 0)
+  if (pthread_create(&cl->reaper.thread, NULL, reaper_main, cl) != 0)
     return dbl_failf(cl, DBLOCK_ENOMEM, "cannot start the reaper thread");
-  dbl_name_thread(cl->reaper, "dblock-reaper");
-  cl->reaper_started = 1;
+  dbl_name_thread(cl->reaper.thread, "dblock-reaper");
+  cl->reaper.started = 1;
   return 0;
 }

@@ -75,11 +75,11 @@ struct dbl_board {
 };
 
 static _Atomic uint32_t *word_of(const dblock_client *cl, uint64_t h) {
-  return &cl->board->f->word[h % WORDS];
+  return &cl->board.map->f->word[h % WORDS];
 }
 
 static board_hand *hand_of(const dblock_client *cl, uint64_t h) {
-  return &cl->board->f->hand[(h >> 32) % HANDS];
+  return &cl->board.map->f->hand[(h >> 32) % HANDS];
 }
 
 #ifdef __linux__
@@ -124,7 +124,7 @@ int dbl_board_possible(dblock_client *cl) {
   char path[PATH_MAX + 32] = "";
   int state;
   if (cl->strat->pins_connection || !cl->drv->board_path) return 0;
-  if ((state = atomic_load(&cl->board_state)) != 0) return state > 0;
+  if ((state = atomic_load(&cl->board.state)) != 0) return state > 0;
   /* First use: open it outside the mutex; the first to finish keeps its
    * mapping. */
   errno = 0;
@@ -132,12 +132,12 @@ int dbl_board_possible(dblock_client *cl) {
                                                                             : NULL;
   int err = errno, failed = 0;
   dbl_lock(cl);
-  if (!atomic_load(&cl->board_state)) {
-    cl->board = b, b = NULL;
-    atomic_store(&cl->board_state, cl->board ? 1 : -1); /* (after the pointer) */
-    failed = !cl->board;
+  if (!atomic_load(&cl->board.state)) {
+    cl->board.map = b, b = NULL;
+    atomic_store(&cl->board.state, cl->board.map ? 1 : -1); /* (after the pointer) */
+    failed = !cl->board.map;
   }
-  state = atomic_load(&cl->board_state);
+  state = atomic_load(&cl->board.state);
   dbl_unlock(cl);
   if (failed)
     dbl_log(cl, DBLOCK_LOG_INFO, "no wake board for '%s' (%s): waiters poll",
@@ -195,7 +195,7 @@ int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms) {
    * may come from a signal handler: it can only make a system call). */
   for (int i = 0; i < DBL_CANCEL_SLOTS && reg < 0; i++) {
     uintptr_t none = 0;
-    if (atomic_compare_exchange_strong(&cl->board_wait[i], &none, (uintptr_t)w)) reg = i;
+    if (atomic_compare_exchange_strong(&cl->board.wait[i], &none, (uintptr_t)w)) reg = i;
   }
   for (;;) {
     int64_t now = dbl_mono_ms(), until = end;
@@ -216,7 +216,7 @@ int dbl_board_wait(dblock_client *cl, uint64_t h, uint32_t seen, int64_t ms) {
       break;
     }
   }
-  if (reg >= 0) atomic_store(&cl->board_wait[reg], 0);
+  if (reg >= 0) atomic_store(&cl->board.wait[reg], 0);
   return rc;
 #else
   (void)cl, (void)h, (void)seen, (void)ms;
@@ -248,7 +248,7 @@ void dbl_board_post(dblock_client *cl, uint64_t h) {
 void dbl_board_cancel(dblock_client *cl) {
 #ifdef __linux__
   for (int i = 0; i < DBL_CANCEL_SLOTS; i++) {
-    _Atomic uint32_t *w = (_Atomic uint32_t *)atomic_load(&cl->board_wait[i]);
+    _Atomic uint32_t *w = (_Atomic uint32_t *)atomic_load(&cl->board.wait[i]);
     if (!w) continue;
     /* Moved first, so that a waiter between its look at the flag and its
      * sleep does not sleep (the sleep compares the word); the other
@@ -262,9 +262,9 @@ void dbl_board_cancel(dblock_client *cl) {
 }
 
 void dbl_board_close(dblock_client *cl) {
-  if (cl->board) {
-    munmap(cl->board->f, sizeof(board_file));
-    free(cl->board);
-    cl->board = NULL;
+  if (cl->board.map) {
+    munmap(cl->board.map->f, sizeof(board_file));
+    free(cl->board.map);
+    cl->board.map = NULL;
   }
 }

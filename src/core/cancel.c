@@ -30,37 +30,37 @@
 #include "internal.h"
 
 int dbl_cancel_init(dblock_client *cl) {
-  cl->cancel_fd[0] = cl->cancel_fd[1] = -1;
-  return pipe2(cl->cancel_fd, O_CLOEXEC | O_NONBLOCK) == 0 ? 0 : DBLOCK_ENOMEM;
+  cl->cancel.fd[0] = cl->cancel.fd[1] = -1;
+  return pipe2(cl->cancel.fd, O_CLOEXEC | O_NONBLOCK) == 0 ? 0 : DBLOCK_ENOMEM;
 }
 
 void dbl_cancel_close(dblock_client *cl) {
   for (int i = 0; i < 2; i++)
-    if (cl->cancel_fd[i] >= 0) close(cl->cancel_fd[i]);
+    if (cl->cancel.fd[i] >= 0) close(cl->cancel.fd[i]);
 }
 
 int dblock_client_cancel(dblock_client *cl) {
   int saved = errno; /* a signal handler must not change errno */
   char b = 1;
   if (!cl) return DBLOCK_EINVAL;
-  atomic_store(&cl->cancelled, 1);
+  atomic_store(&cl->cancel.flag, 1);
   /* Full pipe (EAGAIN): it is readable already, which is all we need. */
-  if (write(cl->cancel_fd[1], &b, 1) < 0) {
+  if (write(cl->cancel.fd[1], &b, 1) < 0) {
   }
   for (int i = 0; i < DBL_CANCEL_SLOTS; i++) {
-    uintptr_t v = atomic_load(&cl->cancel_slot[i]);
+    uintptr_t v = atomic_load(&cl->cancel.slot[i]);
     if (!v || (v & 1)) continue;
-    if (!atomic_compare_exchange_strong(&cl->cancel_slot[i], &v, v | 1)) continue;
+    if (!atomic_compare_exchange_strong(&cl->cancel.slot[i], &v, v | 1)) continue;
     /* Marked: the owner cannot take pc back until we unmark it. A clear
      * since our store means this slot may belong to a newer acquire (the
      * same address reused): leave it alone. The cut flag is set before the
      * cut, so the owner can never miss that its connection is dead. */
-    if (atomic_load(&cl->cancelled)) {
+    if (atomic_load(&cl->cancel.flag)) {
       dbl_pconn *pc = (dbl_pconn *)v;
       atomic_store(&pc->cancel_cut, 1);
       cl->drv->cancel(pc->c);
     }
-    atomic_store(&cl->cancel_slot[i], v);
+    atomic_store(&cl->cancel.slot[i], v);
   }
   dbl_board_cancel(cl); /* (waiters asleep on the wake board) */
   errno = saved;
@@ -73,19 +73,19 @@ int dblock_client_cancel_clear(dblock_client *cl) {
   /* (Not meant to race with dblock_client_cancel: if it does, the flag
    * decides — a waiter looks at it before every attempt and between sleep
    * slices — and a byte left in the pipe only shortens sleeps.) */
-  atomic_store(&cl->cancelled, 0);
-  while (read(cl->cancel_fd[0], buf, sizeof buf) > 0) {
+  atomic_store(&cl->cancel.flag, 0);
+  while (read(cl->cancel.fd[0], buf, sizeof buf) > 0) {
   }
   return 0;
 }
 
-int dbl_cancelled(dblock_client *cl) { return atomic_load(&cl->cancelled); }
+int dbl_cancelled(dblock_client *cl) { return atomic_load(&cl->cancel.flag); }
 
 int dbl_cancel_watch(dblock_client *cl, dbl_pconn *pc) {
   if (!cl->drv->cancel) return -1;
   for (int i = 0; i < DBL_CANCEL_SLOTS; i++) {
     uintptr_t empty = 0;
-    if (atomic_compare_exchange_strong(&cl->cancel_slot[i], &empty, (uintptr_t)pc)) return i;
+    if (atomic_compare_exchange_strong(&cl->cancel.slot[i], &empty, (uintptr_t)pc)) return i;
   }
   return -1;
 }
@@ -94,7 +94,7 @@ int dbl_cancel_unwatch(dblock_client *cl, int slot, dbl_pconn *pc) {
   uintptr_t v = (uintptr_t)pc;
   if (slot < 0) return 0;
   /* A canceller is using the pointer right now (marked): let it finish. */
-  while (!atomic_compare_exchange_weak(&cl->cancel_slot[slot], &v, 0)) {
+  while (!atomic_compare_exchange_weak(&cl->cancel.slot[slot], &v, 0)) {
     v = (uintptr_t)pc;
     sched_yield();
   }
@@ -102,7 +102,7 @@ int dbl_cancel_unwatch(dblock_client *cl, int slot, dbl_pconn *pc) {
 }
 
 void dbl_cancel_sleep(dblock_client *cl, int64_t us) {
-  struct pollfd p = {.fd = cl->cancel_fd[0], .events = POLLIN};
+  struct pollfd p = {.fd = cl->cancel.fd[0], .events = POLLIN};
   int64_t end = dbl_mono_ms() * 1000 + us; /* (ms resolution is enough here) */
   for (;;) {
     struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};

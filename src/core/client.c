@@ -355,10 +355,10 @@ int dblock_client_open(dblock_client **out, const char *url,
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&cl->cv, &ca);
-    pthread_cond_init(&cl->wake, &ca);
-    pthread_cond_init(&cl->reaper_wake, &ca);
-    pthread_cond_init(&cl->work, &ca);
-    pthread_cond_init(&cl->pool_cv, &ca);
+    pthread_cond_init(&cl->wd.wake, &ca);
+    pthread_cond_init(&cl->reaper.wake, &ca);
+    pthread_cond_init(&cl->wd.work, &ca);
+    pthread_cond_init(&cl->pool.cv, &ca);
     pthread_condattr_destroy(&ca);
   }
   if (dbl_cancel_init(cl) != 0) {
@@ -439,7 +439,7 @@ static void tell_untold(dblock_client *cl, int64_t called) {
       while (h->lost_notified == LOST_TELLING) dbl_wait(cl, &cl->cv);
       if (h->lost_notified == LOST_QUEUED) {
         h->lost_notified = LOST_TELLING;
-        cl->ntell--;
+        cl->wd.ntell--;
         dbl_tell_locked(cl, h); /* (lets mu go during the callback) */
         break;
       }
@@ -470,32 +470,32 @@ void dblock_client_free(dblock_client *cl) {
    * closing never waits for an unreachable server. */
   dbl_interrupt_all(cl);
   dbl_signal(&cl->cv, 1);
-  dbl_signal(&cl->wake, 1);
-  dbl_signal(&cl->reaper_wake, 1);
-  dbl_signal(&cl->work, 1);
-  dbl_signal(&cl->pool_cv, 1);
+  dbl_signal(&cl->wd.wake, 1);
+  dbl_signal(&cl->reaper.wake, 1);
+  dbl_signal(&cl->wd.work, 1);
+  dbl_signal(&cl->pool.cv, 1);
   dbl_unlock(cl);
   dbl_queue_stop(cl);
   /* Their calls in flight were cut above, and any they start now is cut
    * at once (dbl_call_bound): the joins cannot wait on the network. */
-  for (int i = 0; i < cl->nworkers; i++) pthread_join(cl->workers[i], NULL);
-  if (cl->reaper_started) pthread_join(cl->reaper, NULL);
-  if (cl->watchdog_started) pthread_join(cl->watchdog, NULL);
+  for (int i = 0; i < cl->wd.nworkers; i++) pthread_join(cl->wd.workers[i], NULL);
+  if (cl->reaper.started) pthread_join(cl->reaper.thread, NULL);
+  if (cl->wd.started) pthread_join(cl->wd.thread, NULL);
   tell_untold(cl, called);
   while ((h = cl->held) != NULL) { /* handles not released: drop them */
     cl->held = h->next;
     if (h->pinned) dbl_pool_discard(cl, h->pinned);
     free(h);
   }
-  while ((pc = cl->idle) != NULL) {
-    cl->idle = pc->next;
+  while ((pc = cl->pool.idle) != NULL) {
+    cl->pool.idle = pc->next;
     dbl_pool_discard(cl, pc);
   }
-  while ((pc = cl->txn_idle) != NULL) {
-    cl->txn_idle = pc->next;
+  while ((pc = cl->pool.txn_idle) != NULL) {
+    cl->pool.txn_idle = pc->next;
     dbl_pool_discard(cl, pc);
   }
-  if ((pc = cl->reserve) != NULL) dbl_pool_discard(cl, pc); /* (clears cl->reserve) */
+  if ((pc = cl->pool.reserve) != NULL) dbl_pool_discard(cl, pc); /* (clears cl->pool.reserve) */
   /* Every thread that could hold a connection is joined and every list
    * above is empty: a connection still counted is an orphan (a path that
    * dropped it without closing it). It is closed all the same, so that
@@ -504,26 +504,26 @@ void dblock_client_free(dblock_client *cl) {
    * opened it (it once reported leaked connections at a test's exit,
    * unexplained); the TSan build, which has no leak report, aborts. */
 #ifdef DBL_CHECK_LOCKS
-  if (cl->nall > 0) {
+  if (cl->pool.nall > 0) {
     fprintf(stderr, "dblock: internal error: %d connection(s) neither idle nor held at client free\n",
-            cl->nall);
+            cl->pool.nall);
 #if defined(__SANITIZE_THREAD__)
     abort(); /* (ThreadSanitizer has no leak report to leave it to) */
 #endif
   }
 #else
-  while (cl->nall > 0) dbl_pool_discard_cancelled(cl, cl->all[cl->nall - 1]);
+  while (cl->pool.nall > 0) dbl_pool_discard_cancelled(cl, cl->pool.all[cl->pool.nall - 1]);
 #endif
   for (int i = 0; i < DBL_S_COUNT; i++) free(cl->sqls[i]);
   dbl_cancel_close(cl);
   dbl_board_close(cl);
   dbl_url_free(&cl->url);
-  free(cl->all);
+  free(cl->pool.all);
   pthread_cond_destroy(&cl->cv);
-  pthread_cond_destroy(&cl->wake);
-  pthread_cond_destroy(&cl->reaper_wake);
-  pthread_cond_destroy(&cl->work);
-  pthread_cond_destroy(&cl->pool_cv);
+  pthread_cond_destroy(&cl->wd.wake);
+  pthread_cond_destroy(&cl->reaper.wake);
+  pthread_cond_destroy(&cl->wd.work);
+  pthread_cond_destroy(&cl->pool.cv);
   pthread_mutex_destroy(&cl->mu);
   free(cl);
 }

@@ -97,46 +97,58 @@ struct dblock_client {
   atomic_llong mu_holder; /* thread id holding mu, 0 if none (for the
                              "caller holds mu" assertions) */
   pthread_cond_t cv;     /* a held entry stopped being busy (claim/unclaim) */
-  pthread_cond_t wake;   /* the watchdog's wake-ups: closing, a lock or a
-                            call due sooner than it planned */
-  pthread_cond_t reaper_wake; /* the reaper thread's: closing */
-  int64_t wd_wake_ms;    /* monotonic: when the watchdog plans to wake next */
-  dbl_pconn *idle;       /* idle connections */
-  int nidle;
-  dbl_pconn *txn_idle;   /* idle connections reserved for lock transactions
+
+  /* The connection pool (pool.c). */
+  struct {
+    dbl_pconn *idle;     /* idle connections */
+    int nidle;
+    dbl_pconn *txn_idle; /* idle connections reserved for lock transactions
                             (for_update), which may keep autocommit off */
-  int ntxn_idle;
-  /* Connections lent to acquire attempts (at most pool_size: waiters
-   * never cost connections beyond the pool), and pool_cv, signalled when
-   * one comes back. reserve: one kept for the holders' renewals and
-   * releases while this client holds a leased lock (the connection its
-   * grant came on), which acquires never take: a server that refuses new
-   * connections never costs a held lock while that one lives. */
-  int acq_out;
-  pthread_cond_t pool_cv;
-  dbl_pconn *reserve;
-  uint64_t trips_closed; /* round trips of connections already closed */
-  dbl_pconn **all;       /* every open connection: round-trip counts and
-                            the watchdog's call windows */
-  int nall, capall;
+    int ntxn_idle;
+    /* Connections lent to acquire attempts (at most pool_size: waiters
+     * never cost connections beyond the pool), and cv, signalled when one
+     * comes back. reserve: one kept for the holders' renewals and
+     * releases while this client holds a leased lock (the connection its
+     * grant came on), which acquires never take: a server that refuses
+     * new connections never costs a held lock while that one lives. */
+    int acq_out;
+    pthread_cond_t cv;
+    dbl_pconn *reserve;
+    uint64_t trips_closed; /* round trips of connections already closed */
+    dbl_pconn **all;       /* every open connection: round-trip counts and
+                              the watchdog's call windows */
+    int nall, capall;
+  } pool;
 
   struct dbl_held *held;
   struct dbl_listener *lsn; /* the wait queue's listener (queue.c), once a
                                waiter needed it */
   const struct dbl_waiter *waiter; /* how its acquires wait (wait.h) */
   int closing;
-  int watchdog_started, reaper_started;
-  pthread_t watchdog, reaper;
-  /* Renewal workers: the watchdog never talks to the database; it hands
-   * due renewals to these, and starts another when all are busy, so one
-   * renewal stuck on a stalled connection delays no other lock. */
-  pthread_cond_t work;   /* a renewal was queued, or closing */
-  pthread_t workers[DBL_MAX_WORKERS];
-  int nworkers, idle_workers, nqueued;
-  int ntell;             /* entries LOST_QUEUED: on_lost due on a worker */
-  int ntelling;          /* workers running an on_lost now (at most half of
-                            DBL_MAX_WORKERS: slow callbacks never take every
-                            worker from the renewals) */
+
+  /* The watchdog (watchdog.c). It never talks to the database: it hands
+   * due renewals to the workers, and starts another when all are busy, so
+   * one renewal stuck on a stalled connection delays no other lock. */
+  struct {
+    int started;
+    pthread_t thread;
+    pthread_cond_t wake; /* its wake-ups: closing, a lock or a call due
+                            sooner than it planned */
+    int64_t wake_ms;     /* monotonic: when it plans to wake next */
+    pthread_cond_t work; /* a renewal was queued, or closing */
+    pthread_t workers[DBL_MAX_WORKERS];
+    int nworkers, idle_workers, nqueued;
+    int ntell;           /* entries LOST_QUEUED: on_lost due on a worker */
+    int ntelling;        /* workers running an on_lost now (at most half of
+                            DBL_MAX_WORKERS: slow callbacks never take
+                            every worker from the renewals) */
+  } wd;
+  /* The reaper thread (admin.c); wake: closing. */
+  struct {
+    int started;
+    pthread_t thread;
+    pthread_cond_t wake;
+  } reaper;
 
   /* The dialect (src/sql/) and its statements, expanded once at open. */
   const dbl_sqldialect *dl;
@@ -158,15 +170,19 @@ struct dblock_client {
   /* dblock_client_cancel (cancel.c): the flag, a pipe that is readable
    * while it is set, and the connections of acquires blocked in the
    * server. Lock-free: a signal handler writes them. */
-  atomic_int cancelled;
-  int cancel_fd[2];
-  _Atomic uintptr_t cancel_slot[DBL_CANCEL_SLOTS];
+  struct {
+    atomic_int flag;
+    int fd[2];
+    _Atomic uintptr_t slot[DBL_CANCEL_SLOTS];
+  } cancel;
   /* The wake board (board.c): mapped at a waiter's first need (state 0
    * untried, 1 mapped, -1 cannot be: polling), and the futex words this
    * client's waiters sleep on, for dblock_client_cancel to wake. */
-  struct dbl_board *board;
-  atomic_int board_state; /* (set under mu; read without it on every release) */
-  _Atomic uintptr_t board_wait[DBL_CANCEL_SLOTS];
+  struct {
+    struct dbl_board *map;
+    atomic_int state; /* (set under mu; read without it on every release) */
+    _Atomic uintptr_t wait[DBL_CANCEL_SLOTS];
+  } board;
 };
 
 /* The client whose on_lost or log callback this thread is running (NULL

@@ -35,8 +35,8 @@ static void fresh_entry(struct dbl_held *h, dblock_client *cl, const char *name,
 static void lost_if_due(dblock_client *cl, struct dbl_held *h) {
   dbl_assert_held(cl);
   if (!dbl_declare_if_due(cl, h, dbl_mono_ms())) return;
-  dbl_signal(&cl->wake, 1);
-  if (cl->idle_workers > 0) dbl_signal(&cl->work, 1);
+  dbl_signal(&cl->wd.wake, 1);
+  if (cl->wd.idle_workers > 0) dbl_signal(&cl->wd.work, 1);
 }
 
 /* Finds this owner's live entry for name; caller holds cl->mu. */
@@ -60,7 +60,7 @@ static void claim(dblock_client *cl, struct dbl_held *h) {
       /* Claimed by the watchdog for a renewal no worker has started: take
        * it over (no worker may exist at all). */
       h->queued = 0;
-      cl->nqueued--;
+      cl->wd.nqueued--;
       break;
     }
     dbl_wait(cl, &cl->cv);
@@ -673,7 +673,7 @@ static void release_finish(dblock_client *cl, struct dbl_held *h, int rc) {
        * told here, before the entry goes. One running on a worker still
        * uses h: wait for it before freeing. */
       if (h->lost_notified == LOST_QUEUED) {
-        cl->ntell--;
+        cl->wd.ntell--;
         h->lost_notified = rc == 0 ? LOST_TOLD : LOST_TELLING;
         if (rc != 0) dbl_tell_locked(cl, h);
       }

@@ -123,7 +123,7 @@ static int conn_init(dblock_client *cl, dbl_pconn *pc, dbl_err *e) {
 static void pool_close_one(dblock_client *cl, dbl_pconn *pc);
 
 /* Opens a connection whose connect may take until deadline_ms (0: the
- * client's connect timeout), and enters it in cl->all. */
+ * client's connect timeout), and enters it in cl->pool.all. */
 int dbl_pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_err *e) {
   dbl_pconn *pc = calloc(1, sizeof *pc);
   int64_t tmo = cl->opts.connect_timeout_ms;
@@ -141,19 +141,19 @@ int dbl_pool_open(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, dbl_e
     return rc;
   }
   dbl_lock(cl);
-  if (cl->nall == cl->capall) {
-    int cap = cl->capall ? cl->capall * 2 : 16;
-    dbl_pconn **all = realloc(cl->all, (size_t)cap * sizeof *all);
+  if (cl->pool.nall == cl->pool.capall) {
+    int cap = cl->pool.capall ? cl->pool.capall * 2 : 16;
+    dbl_pconn **all = realloc(cl->pool.all, (size_t)cap * sizeof *all);
     if (!all) {
       dbl_unlock(cl);
       cl->drv->close(pc->c);
       free(pc);
       return dbl_err_set(e, DBLOCK_ENOMEM, "", 0, "out of memory");
     }
-    cl->all = all;
-    cl->capall = cap;
+    cl->pool.all = all;
+    cl->pool.capall = cap;
   }
-  cl->all[cl->nall++] = pc;
+  cl->pool.all[cl->pool.nall++] = pc;
   dbl_unlock(cl);
   DBL_COUNT(cl, connects);
   if (atomic_exchange(&cl->reconnect_note, 0))
@@ -183,16 +183,16 @@ static void pool_close(dblock_client *cl, dbl_pconn *pc) {
   }
   if (cl->drv->broken(pc->c)) {
     dbl_lock(cl);
-    stale = cl->idle;
-    cl->idle = NULL;
-    cl->nidle = 0;
-    for (dbl_pconn *t = cl->txn_idle, *next; t; t = next) {
+    stale = cl->pool.idle;
+    cl->pool.idle = NULL;
+    cl->pool.nidle = 0;
+    for (dbl_pconn *t = cl->pool.txn_idle, *next; t; t = next) {
       next = t->next;
       t->next = stale;
       stale = t;
     }
-    cl->txn_idle = NULL;
-    cl->ntxn_idle = 0;
+    cl->pool.txn_idle = NULL;
+    cl->pool.ntxn_idle = 0;
     dbl_unlock(cl);
   }
   for (dbl_pconn *next; stale; stale = next) {
@@ -208,20 +208,20 @@ static void unlend(dblock_client *cl, dbl_pconn *pc) {
   dbl_assert_held(cl);
   if (!pc->lent) return;
   pc->lent = 0;
-  cl->acq_out--;
-  dbl_signal(&cl->pool_cv, 0);
+  cl->pool.acq_out--;
+  dbl_signal(&cl->pool.cv, 0);
 }
 
-/* Removes pc from cl->all (under mu: from then on the watchdog cannot
+/* Removes pc from cl->pool.all (under mu: from then on the watchdog cannot
  * touch it) and closes it. */
 static void pool_close_one(dblock_client *cl, dbl_pconn *pc) {
   dbl_lock(cl);
   unlend(cl, pc);
-  if (cl->reserve == pc) cl->reserve = NULL;
-  for (int i = 0; i < cl->nall; i++)
-    if (cl->all[i] == pc) {
-      cl->trips_closed += cl->drv->round_trips(pc->c);
-      cl->all[i] = cl->all[--cl->nall];
+  if (cl->pool.reserve == pc) cl->pool.reserve = NULL;
+  for (int i = 0; i < cl->pool.nall; i++)
+    if (cl->pool.all[i] == pc) {
+      cl->pool.trips_closed += cl->drv->round_trips(pc->c);
+      cl->pool.all[i] = cl->pool.all[--cl->pool.nall];
       break;
     }
   dbl_unlock(cl);
@@ -248,8 +248,8 @@ int dbl_fork_refusal(const dblock_client *cl, dbl_err *e) {
 static int pool_take_by(dblock_client *cl, dbl_pconn **out, int txn, int64_t deadline_ms,
                         dbl_err *e) {
   dbl_pconn *pc = NULL;
-  dbl_pconn **list = txn ? &cl->txn_idle : &cl->idle;
-  int *count = txn ? &cl->ntxn_idle : &cl->nidle;
+  dbl_pconn **list = txn ? &cl->pool.txn_idle : &cl->pool.idle;
+  int *count = txn ? &cl->pool.ntxn_idle : &cl->pool.nidle;
   int rc, closing;
   /* Every call that talks to the database passes here: from the client's
    * own callback it could wait on the watchdog or a worker running it;
@@ -309,8 +309,8 @@ int dbl_pool_get(dblock_client *cl, dbl_pconn **out, int txn, dbl_err *e) {
 void dbl_pool_put(dblock_client *cl, dbl_pconn *pc) {
   int keep;
   if (!pc) return;
-  dbl_pconn **list = pc->txn ? &cl->txn_idle : &cl->idle;
-  int *count = pc->txn ? &cl->ntxn_idle : &cl->nidle;
+  dbl_pconn **list = pc->txn ? &cl->pool.txn_idle : &cl->pool.idle;
+  int *count = pc->txn ? &cl->pool.ntxn_idle : &cl->pool.nidle;
   dbl_lock(cl);
   unlend(cl, pc);
   pc->call_deadline_ms = 0;
@@ -329,7 +329,7 @@ int dbl_pool_get_acq(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
   int64_t end = deadline_ms ? deadline_ms : dbl_mono_ms() + cl->opts.call_timeout_ms, now;
   int rc;
   dbl_lock(cl);
-  while (cl->acq_out >= cl->opts.pool_size && !cl->closing) {
+  while (cl->pool.acq_out >= cl->opts.pool_size && !cl->closing) {
     struct timespec at;
     if (dbl_cancelled(cl) || (now = dbl_mono_ms()) >= end) {
       dbl_unlock(cl);
@@ -343,14 +343,14 @@ int dbl_pool_get_acq(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, db
     now = end - now < 20 ? end : now + 20;
     at.tv_sec = now / 1000;
     at.tv_nsec = (now % 1000) * 1000000;
-    dbl_timedwait(cl, &cl->pool_cv, &at);
+    dbl_timedwait(cl, &cl->pool.cv, &at);
   }
-  cl->acq_out++; /* (counted now: the connect below may be slow) */
+  cl->pool.acq_out++; /* (counted now: the connect below may be slow) */
   dbl_unlock(cl);
   if ((rc = dbl_pool_get_by(cl, out, 0, 0, e)) != 0) {
     dbl_lock(cl);
-    cl->acq_out--;
-    dbl_signal(&cl->pool_cv, 0);
+    cl->pool.acq_out--;
+    dbl_signal(&cl->pool.cv, 0);
     dbl_unlock(cl);
     return rc;
   }
@@ -363,8 +363,8 @@ int dbl_pool_get_owner(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, 
   dbl_lock(cl);
   pc = NULL;
   if (!cl->closing && !dbl_foreign(cl)) {
-    pc = cl->reserve; /* (closing: client free closes it) */
-    cl->reserve = NULL;
+    pc = cl->pool.reserve; /* (closing: client free closes it) */
+    cl->pool.reserve = NULL;
   }
   dbl_unlock(cl);
   if (pc && !cl->drv->broken(pc->c) && (!cl->drv->idle_alive || cl->drv->idle_alive(pc->c))) {
@@ -379,10 +379,10 @@ int dbl_pool_get_owner(dblock_client *cl, dbl_pconn **out, int64_t deadline_ms, 
 void dbl_pool_keep_reserve(dblock_client *cl, dbl_pconn *pc) {
   int kept = 0;
   dbl_lock(cl);
-  if (!cl->reserve && !cl->closing && !pc->interrupted && !cl->drv->broken(pc->c)) {
+  if (!cl->pool.reserve && !cl->closing && !pc->interrupted && !cl->drv->broken(pc->c)) {
     unlend(cl, pc);
     pc->call_deadline_ms = 0;
-    cl->reserve = pc;
+    cl->pool.reserve = pc;
     kept = 1;
   }
   dbl_unlock(cl);
@@ -392,8 +392,8 @@ void dbl_pool_keep_reserve(dblock_client *cl, dbl_pconn *pc) {
 void dbl_pool_free_reserve(dblock_client *cl) {
   dbl_pconn *pc;
   dbl_lock(cl);
-  pc = cl->held ? NULL : cl->reserve;
-  if (pc) cl->reserve = NULL;
+  pc = cl->held ? NULL : cl->pool.reserve;
+  if (pc) cl->pool.reserve = NULL;
   dbl_unlock(cl);
   if (pc) dbl_pool_put(cl, pc);
 }
@@ -429,8 +429,8 @@ void dbl_call_bound(dblock_client *cl, dbl_pconn *pc, int64_t deadline_ms) {
    * (acquire also insists on it, see dblock_lock_acquire); it sleeps at
    * most a second when idle, so wake it only when this bound comes before
    * its planned wake-up. */
-  if (!cl->watchdog_started) dbl_watchdog_start_locked(cl);
-  else if (cl->wd_wake_ms > deadline_ms) dbl_signal(&cl->wake, 1);
+  if (!cl->wd.started) dbl_watchdog_start_locked(cl);
+  else if (cl->wd.wake_ms > deadline_ms) dbl_signal(&cl->wd.wake, 1);
   dbl_unlock(cl);
 }
 
@@ -463,8 +463,8 @@ int dbl_call_check(dblock_client *cl, dbl_pconn *pc, int rc, dbl_err *e) {
 
 void dbl_interrupt_all(dblock_client *cl) {
   dbl_assert_held(cl);
-  for (int i = 0; i < cl->nall; i++)
-    if (cl->all[i]->call_deadline_ms) dbl_cut_locked(cl, cl->all[i]);
+  for (int i = 0; i < cl->pool.nall; i++)
+    if (cl->pool.all[i]->call_deadline_ms) dbl_cut_locked(cl, cl->pool.all[i]);
 }
 
 uint64_t dblock_client_round_trips(const dblock_client *cl) {
@@ -472,8 +472,8 @@ uint64_t dblock_client_round_trips(const dblock_client *cl) {
   dblock_client *m = (dblock_client *)cl;
   if (!cl) return 0;
   dbl_lock(m);
-  n = m->trips_closed + dbl_queue_trips(m);
-  for (int i = 0; i < m->nall; i++) n += m->drv->round_trips(m->all[i]->c);
+  n = m->pool.trips_closed + dbl_queue_trips(m);
+  for (int i = 0; i < m->pool.nall; i++) n += m->drv->round_trips(m->pool.all[i]->c);
   dbl_unlock(m);
   return n;
 }

@@ -253,7 +253,7 @@ void dbl_queue_stop(dblock_client *cl) {
   if (!L) return;
   if (L->started) pthread_join(L->thread, NULL);
   dbl_lock(cl);
-  cl->trips_closed += L->trips;
+  cl->pool.trips_closed += L->trips;
   cl->lsn = NULL;
   dbl_unlock(cl);
   pthread_cond_destroy(&L->woke);

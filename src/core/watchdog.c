@@ -68,9 +68,9 @@ void dbl_set_lease_clock(dblock_client *cl, struct dbl_held *h, int64_t sent_ms)
     h->lost_at_ms = sent_ms + limit - dbl_loss_margin(cl, limit);
   }
   /* Due before the watchdog's planned wake-up: wake it to re-plan. */
-  if ((h->lost_at_ms > 0 && cl->wd_wake_ms > h->lost_at_ms) ||
-      (h->auto_renew && h->renew_at_ms && cl->wd_wake_ms > h->renew_at_ms))
-    dbl_signal(&cl->wake, 1);
+  if ((h->lost_at_ms > 0 && cl->wd.wake_ms > h->lost_at_ms) ||
+      (h->auto_renew && h->renew_at_ms && cl->wd.wake_ms > h->renew_at_ms))
+    dbl_signal(&cl->wd.wake, 1);
 }
 
 /* Runs the on_lost callback for h, which the caller has marked TELLING
@@ -103,7 +103,7 @@ void dbl_tell_locked(dblock_client *cl, struct dbl_held *h) {
 void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
   dbl_lock(cl);
   h->lost = DBLOCK_ELOST;
-  if (h->lost_notified == LOST_QUEUED) cl->ntell--; /* told here, not by a worker */
+  if (h->lost_notified == LOST_QUEUED) cl->wd.ntell--; /* told here, not by a worker */
   if (h->lost_notified == LOST_UNTOLD || h->lost_notified == LOST_QUEUED) {
     h->lost_notified = LOST_TELLING;
     dbl_tell_locked(cl, h);
@@ -121,9 +121,9 @@ void dbl_mark_lost(dblock_client *cl, struct dbl_held *h) {
 static void wait_until(dblock_client *cl, int64_t at_ms) {
   dbl_assert_held(cl);
   struct timespec ts = {.tv_sec = at_ms / 1000, .tv_nsec = (at_ms % 1000) * 1000000};
-  cl->wd_wake_ms = at_ms;
-  dbl_timedwait(cl, &cl->wake, &ts);
-  cl->wd_wake_ms = 0; /* awake: it will look at everything anyway */
+  cl->wd.wake_ms = at_ms;
+  dbl_timedwait(cl, &cl->wd.wake, &ts);
+  cl->wd.wake_ms = 0; /* awake: it will look at everything anyway */
 }
 
 /* Declares every lock whose loss deadline has passed lost (is_lost says
@@ -150,7 +150,7 @@ int dbl_declare_if_due(dblock_client *cl, struct dbl_held *h, int64_t now) {
   h->lost = DBLOCK_ELOST;
   if (h->lost_notified == LOST_UNTOLD) {
     h->lost_notified = LOST_QUEUED;
-    cl->ntell++;
+    cl->wd.ntell++;
   }
   return 1;
 }
@@ -166,7 +166,7 @@ static void queue_renewals(dblock_client *cl, int64_t now, int64_t *next) {
     if (h->renew_at_ms <= now && !h->busy) {
       h->busy = 1;
       h->queued = 1;
-      cl->nqueued++;
+      cl->wd.nqueued++;
       continue;
     }
     {
@@ -182,8 +182,8 @@ static void queue_renewals(dblock_client *cl, int64_t now, int64_t *next) {
 static void cut_late_calls(dblock_client *cl, int64_t now, int64_t *next) {
   dbl_assert_held(cl);
   if (!cl->drv->interrupt) return;
-  for (int i = 0; i < cl->nall; i++) {
-    dbl_pconn *pc = cl->all[i];
+  for (int i = 0; i < cl->pool.nall; i++) {
+    dbl_pconn *pc = cl->pool.all[i];
     if (!pc->call_deadline_ms || pc->interrupted) continue;
     if (now >= pc->call_deadline_ms) dbl_cut_locked(cl, pc);
     else if (pc->call_deadline_ms < *next) {
@@ -198,17 +198,17 @@ static struct dbl_held *take_tell(dblock_client *cl);
 /* Makes sure a worker will pick up each queued renewal. Caller holds mu. */
 static void dispatch(dblock_client *cl) {
   dbl_assert_held(cl);
-  if (!cl->nqueued && !cl->ntell) return;
-  if (cl->nqueued + cl->ntell > cl->idle_workers) dbl_threads_here(cl); /* (before: a fork) */
-  while (cl->nqueued + cl->ntell > cl->idle_workers && cl->nworkers < DBL_MAX_WORKERS &&
-         pthread_create(&cl->workers[cl->nworkers], NULL, worker_main, cl) == 0) {
-    dbl_name_thread(cl->workers[cl->nworkers], "dblock-renew");
-    cl->nworkers++;
-    cl->idle_workers++; /* counted free from its start, so no second spawn */
+  if (!cl->wd.nqueued && !cl->wd.ntell) return;
+  if (cl->wd.nqueued + cl->wd.ntell > cl->wd.idle_workers) dbl_threads_here(cl); /* (before: a fork) */
+  while (cl->wd.nqueued + cl->wd.ntell > cl->wd.idle_workers && cl->wd.nworkers < DBL_MAX_WORKERS &&
+         pthread_create(&cl->wd.workers[cl->wd.nworkers], NULL, worker_main, cl) == 0) {
+    dbl_name_thread(cl->wd.workers[cl->wd.nworkers], "dblock-renew");
+    cl->wd.nworkers++;
+    cl->wd.idle_workers++; /* counted free from its start, so no second spawn */
   }
   /* (when no thread can be started, the ones there are take the queue in
    * turn; loss deadlines are kept by this thread regardless) */
-  dbl_signal(&cl->work, 1);
+  dbl_signal(&cl->wd.work, 1);
 }
 
 static void *watchdog_main(void *arg) {
@@ -220,7 +220,7 @@ static void *watchdog_main(void *arg) {
     queue_renewals(cl, now, &next);
     cut_late_calls(cl, now, &next);
     dispatch(cl);
-    if (cl->ntell && cl->nworkers == 0) {
+    if (cl->wd.ntell && cl->wd.nworkers == 0) {
       /* No worker could be started: tell the losses here rather than
        * never (the callback then delays this thread). */
       struct dbl_held *h = take_tell(cl);
@@ -237,11 +237,11 @@ static void *watchdog_main(void *arg) {
  * holds mu. */
 static struct dbl_held *take_tell(dblock_client *cl) {
   dbl_assert_held(cl);
-  if (!cl->ntell || cl->ntelling >= DBL_MAX_WORKERS / 2) return NULL;
+  if (!cl->wd.ntell || cl->wd.ntelling >= DBL_MAX_WORKERS / 2) return NULL;
   for (struct dbl_held *h = cl->held; h; h = h->next)
     if (h->lost_notified == LOST_QUEUED) {
       h->lost_notified = LOST_TELLING;
-      cl->ntell--;
+      cl->wd.ntell--;
       return h;
     }
   return NULL;
@@ -253,7 +253,7 @@ static struct dbl_held *take_queued(dblock_client *cl) {
   for (struct dbl_held *h = cl->held; h; h = h->next)
     if (h->queued) {
       h->queued = 0;
-      cl->nqueued--;
+      cl->wd.nqueued--;
       return h;
     }
   return NULL;
@@ -286,7 +286,7 @@ static void renew_one(dblock_client *cl, struct dbl_held *h) {
   }
   h->busy = 0;
   dbl_signal(&cl->cv, 1);
-  if (cl->wd_wake_ms > h->renew_at_ms) dbl_signal(&cl->wake, 1);
+  if (cl->wd.wake_ms > h->renew_at_ms) dbl_signal(&cl->wd.wake, 1);
   dbl_unlock(cl);
 }
 
@@ -297,23 +297,23 @@ static void *worker_main(void *arg) {
   while (!cl->closing) {
     struct dbl_held *h = take_tell(cl);
     if (h) {
-      cl->idle_workers--;
-      cl->ntelling++;
+      cl->wd.idle_workers--;
+      cl->wd.ntelling++;
       dbl_tell_locked(cl, h); /* (lets mu go during the callback) */
-      cl->ntelling--;
-      cl->idle_workers++;
+      cl->wd.ntelling--;
+      cl->wd.idle_workers++;
       continue;
     }
     h = take_queued(cl);
     if (!h) {
-      dbl_wait(cl, &cl->work);
+      dbl_wait(cl, &cl->wd.work);
       continue;
     }
-    cl->idle_workers--;
+    cl->wd.idle_workers--;
     dbl_unlock(cl);
     renew_one(cl, h);
     dbl_lock(cl);
-    cl->idle_workers++;
+    cl->wd.idle_workers++;
   }
   dbl_unlock(cl);
   return NULL;
@@ -321,11 +321,11 @@ static void *worker_main(void *arg) {
 
 int dbl_watchdog_start_locked(dblock_client *cl) {
   dbl_assert_held(cl);
-  if (cl->watchdog_started || cl->closing) return 0;
+  if (cl->wd.started || cl->closing) return 0;
   dbl_threads_here(cl); /* (before the thread: a fork in between must not adopt) */
-  if (pthread_create(&cl->watchdog, NULL, watchdog_main, cl) != 0) return DBLOCK_ENOMEM;
-  dbl_name_thread(cl->watchdog, "dblock-watchdog");
-  cl->watchdog_started = 1;
+  if (pthread_create(&cl->wd.thread, NULL, watchdog_main, cl) != 0) return DBLOCK_ENOMEM;
+  dbl_name_thread(cl->wd.thread, "dblock-watchdog");
+  cl->wd.started = 1;
   return 0;
 }
 
@@ -342,6 +342,6 @@ void dbl_watchdog_kick(dblock_client *cl, int64_t due_ms) {
   /* Asleep until after this lock is due: wake it to re-plan. Asleep until
    * before (its idle tick, or an earlier lock): it will see this one then;
    * awake: it scans every entry before sleeping again. */
-  if (cl->wd_wake_ms > due_ms) dbl_signal(&cl->wake, 1);
+  if (cl->wd.wake_ms > due_ms) dbl_signal(&cl->wd.wake, 1);
   dbl_unlock(cl);
 }
