@@ -183,16 +183,21 @@ for tree in $trees; do
     # (not sharded: two such loads at once starve 2 cores).
     [ "$name" = test_scale ] && { [ "$tree" != build ] || [ -n "${DBLOCK_TEST_QUICK:-}" ]; } &&
       continue
-    # The TSan tree is for the library's threads: the contract suites. The
+    # The sanitizer trees run the contract (conformance, contention, the
+    # reaper, the units); the chaos suite (test_faults: stalls, kills,
+    # restarts, clock steps) runs in the normal tree, where its timings
+    # mean something. The TSan tree is for the library's threads: the
     # programs' suites (test_cli, test_bank: one process per command, each
     # ~10x slower under TSan) run in the normal and ASan trees.
-    case "$tree/$name" in build-tsan/test_cli | build-tsan/test_bank) continue ;; esac
+    case "$tree/$name" in
+      build-asan/test_faults | build-tsan/test_faults | build-tsan/test_cli | build-tsan/test_bank) continue ;;
+    esac
     if [ -n "${DBLOCK_TEST_ONLY:-}" ] && [ "$name" != "$DBLOCK_TEST_ONLY" ]; then continue; fi
-    # The sanitizer trees run a lighter contention load and fewer bank
-    # rounds (same checks), and test_faults leaves out its two slowest
-    # tests there (see its main).
+    # The sanitizer trees and make check-quick run a lighter contention
+    # load and fewer bank rounds (same checks).
     export DBLOCK_TEST_TREE="$tree"
-    if [ "$tree" != build ]; then export DBLOCK_TEST_CYCLES=60 DBLOCK_TEST_BANK_ROUNDS=15
+    if [ "$tree" != build ] || [ -n "${DBLOCK_TEST_QUICK:-}" ]; then
+      export DBLOCK_TEST_CYCLES=60 DBLOCK_TEST_BANK_ROUNDS=15
     else unset DBLOCK_TEST_CYCLES DBLOCK_TEST_BANK_ROUNDS; fi
     # (Not in the TSan tree: there each process is CPU-bound, and three
     # side by side on 2 cores slowed the tests' forks enough that a child

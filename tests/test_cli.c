@@ -457,7 +457,7 @@ static void t_min_hold(const char *be) {
     result rb;
     /* (B's run and the status after it must both fit in the hold: each
      * starts a program, which takes a while in the sanitizer trees) */
-    int64_t min_ms = tu_slow_tree() ? 5000 : 2000;
+    int64_t min_ms = tu_bound(TB_CLI_HOLD);
     const char *min_hold = tfmt("%llds", (long long)(min_ms / 1000));
     cv_addl(&c, "--owner-host", "host-a", "run", name, "--wait", "0", "--min-hold", min_hold, "--",
             "sh", "-c", "touch \"$1\"; exit 7", "sh", ran, NULL);

@@ -506,7 +506,7 @@ static void test_try_timed_blocking(void **s) {
     el = tu_now_ms() - t0;
     dblock_client_free(t);
     if (el < 300) fail_msg("timed wait of 300 ms returned after %lld ms", (long long)el);
-    if (el <= (tu_slow_tree() ? 450 : 400)) break;
+    if (el <= tu_bound(TB_TIMED_WAIT)) break;
     print_message("timed wait of 300 ms took %lld ms (try %d of 3)\n", (long long)el, k + 1);
     if (k == 2) fail_msg("timed wait of 300 ms took %lld ms, three times", (long long)el);
   }
@@ -520,7 +520,7 @@ static void test_try_timed_blocking(void **s) {
   /* (the waiter is woken or polls: a waiter that never wakes is what
    * this catches — test_release_wakes_waiter times the wake-up itself; 2 s
    * is room for a loaded host, which once took 1,132 ms over one) */
-  if (w.got_at - t0 >= (tu_slow_tree() ? 3000 : 2000))
+  if (w.got_at - t0 >= tu_bound(TB_WAKE))
     fail_msg("blocking waiter granted %lld ms after the release", (long long)(w.got_at - t0));
   dblock_client_free(a);
   dblock_client_free(b);
@@ -1697,7 +1697,7 @@ static void test_release_wakes_waiter(void **s) {
   /* (the bug is a grant at the next poll, 5 s on: 2 s leaves a loaded
    * host room — a fresh-clone run that shared the machine with two
    * sanitizer builds saw 1,132 ms on MariaDB against a limit of 300) */
-  granted_within(&w, t0, (polls ? 250 : 0) + (tu_slow_tree() ? 3000 : 2000),
+  granted_within(&w, t0, (polls ? 250 : 0) + tu_bound(TB_WAKE),
                  polls ? "poll (250 ms apart)" : "wake-up (polls 5 s apart)");
   assert_int_equal(dblock_client_stats(b, &st, sizeof st), 0);
   if (leased() && !polls) assert_true(st.wakeups >= 1);
@@ -1856,7 +1856,7 @@ static void test_board_timed_wait_behind_hold(void **s) {
                 (long long)busy_ms);
   assert_int_equal(w.rc, 0);
   assert_int_equal(rc, DBLOCK_ETIMEOUT);
-  if (el > (tu_slow_tree() ? 700 : 500) || busy_ms > 200)
+  if (el > tu_bound(TB_HOLD_WAIT) || busy_ms > 200)
     fail_msg("a 100 ms wait behind the board's hold took %lld ms (%lld ms of CPU): it spun "
              "past its deadline",
              (long long)el, (long long)busy_ms);

@@ -666,7 +666,7 @@ static void test_stalled_network(void **s) {
    * came at most 1.2 s after it; 1.3 s more (2.3 s in the sanitizer trees)
    * for the watchdog and worker — a tell held up by the stuck call would
    * come at its 10 s limit) */
-  if (leased() && t_told - t_stall > (tu_slow_tree() ? 3500 : 2500))
+  if (leased() && t_told - t_stall > tu_bound(TB_LOSS_TOLD))
     fail_msg("A told %lld ms after the stall: its loss deadline was at most 1,200 ms on",
              (long long)(t_told - t_stall));
   if (leased() && t_told >= t_grant)
@@ -2087,8 +2087,6 @@ static int group_setup(void **state) {
   return 0;
 }
 
-#define SLOW_TAIL 2
-
 int main(void) {
   const struct CMUnitTest network[] = {
       cmocka_unit_test_teardown(test_paused_holder, teardown),   cmocka_unit_test_teardown(test_server_restart, teardown),
@@ -2103,17 +2101,10 @@ int main(void) {
       cmocka_unit_test_teardown(test_reacquire_after_failed_release, teardown),
       cmocka_unit_test_teardown(test_fork_child_frees_client, teardown),
       cmocka_unit_test_teardown(test_fork_child_adopts_unused_client, teardown),
-      /* (last: the normal tree only, see SLOW_TAIL) */
       cmocka_unit_test_teardown(test_clock_skew, teardown),
       cmocka_unit_test_teardown(test_server_idle_limit, teardown),
   };
-  /* The two slowest network tests (about 34 and 24 s per tree: they wait
-   * out server-side clocks and idle limits) run in the normal tree only:
-   * `make check` must stay under 30 minutes, and what they exercise under
-   * the sanitizers — the loss deadline, a reconnect after the server ended
-   * a session — the other tests here exercise too. */
   size_t nnet = sizeof network / sizeof network[0];
-  if (tu_slow_tree()) nnet -= SLOW_TAIL;
   const struct CMUnitTest embedded[] = {cmocka_unit_test_teardown(test_paused_holder, teardown),
                                         cmocka_unit_test_teardown(test_sqlite_clock_step, teardown),
                                         cmocka_unit_test_teardown(test_fork_child_frees_client, teardown),

@@ -227,7 +227,7 @@ static void big_pass(const char *backend) {
    * 8 s against a fixed limit, and 659 ms on PostgreSQL in a 3.5 s pass
    * (CI, 864a4cb) against a tenth of the pass. */
   {
-    int64_t limit = (strcmp(backend, "sqlite") == 0 ? 200 : 100) * (tu_slow_tree() ? 3 : 1);
+    int64_t limit = tu_bound(TB_REAPER_CALL) * (strcmp(backend, "sqlite") == 0 ? 2 : 1);
     if (limit < el / 3) limit = el / 3;
     if (p.worst_ms > limit)
       fail_msg("a concurrent call waited %lld ms (limit %lld ms, the pass %lld ms)",

@@ -115,9 +115,20 @@ int tu_all_threads_stopped(int pid);
 int tu_thread_in_board_sleep(int tid);
 /* The build tree under test: $DBLOCK_TEST_TREE, default "build". */
 const char *tu_tree(void);
-/* 1 in the sanitizer trees (a tree other than "build"), where every step
- * takes several times longer: for limits on elapsed time. */
-int tu_slow_tree(void);
+/* Every limit on elapsed time the suites assert, in one table
+ * (testutil.c): each has the normal tree's value and the sanitizer
+ * trees' (a tree other than "build", where every step takes several
+ * times longer), and the run that set it. */
+typedef enum {
+  TB_TIMED_WAIT,     /* a 300 ms timed wait returns within this */
+  TB_WAKE,           /* a sleeping waiter is granted within this of a release */
+  TB_HOLD_WAIT,      /* a 100 ms wait behind the board's hold returns within this */
+  TB_LOSS_TOLD,      /* a stalled holder is told within this of the stall */
+  TB_REAPER_CALL,    /* a call waits at most this beside a reaper batch (server) */
+  TB_CLI_HOLD,       /* a hold long enough for two CLI programs to run meanwhile */
+  TB_COUNT
+} tu_bound_id;
+int64_t tu_bound(tu_bound_id b);
 
 /* Starts a lock holder in a process of its own: tests/lockhelper from
  * the tree in DBLOCK_TEST_TREE (default "build"), exec'd — not a forked

@@ -3,17 +3,19 @@
  * thread or from a signal handler.
  *
  * What a cancel must reach, and how, using only async-signal-safe means
- * (an atomic store, write(2), shutdown(2)):
- *   - a polling waiter asleep between attempts: it sleeps in poll(2) on the
- *     read end of the client's cancel pipe, which a cancel makes readable
- *     (and which stays readable until dblock_client_cancel_clear drains it);
- *   - a waiter blocked in the server (for_update's row-lock wait): its
- *     connection is registered in a slot for the length of that call, and
- *     the cancel wakes it through the driver's cancel hook (the socket shut
- *     down; SQLite: a flag its busy handler reads). Such a connection is
- *     never reused.
- *   - everything else: the acquire loop looks at the flag before each
- *     attempt and after each sleep.
+ * (an atomic store, write(2), shutdown(2), a futex wake):
+ *   - every waiter: the flag, which the acquire loop reads before each
+ *     attempt and after each sleep, and which the sleeps on a condition
+ *     variable (the queue's, the pool's) read every 20 ms; and the cancel
+ *     pipe, on whose read end a polling sleep waits in poll(2) (it stays
+ *     readable until dblock_client_cancel_clear drains it);
+ *   - then the client's waiter's own hook (wait.h), one path per waiter:
+ *     the server waiter's acquires blocked in the server (for_update's
+ *     row-lock wait) have their connection registered in a slot for the
+ *     length of that call, and the hook wakes it through the driver's
+ *     cancel (the socket shut down; SQLite: a flag its busy handler
+ *     reads; such a connection is never reused); the board waiter's hook
+ *     wakes its futex sleepers (board.c); queue and poll need none.
  * Slots hold a dbl_pconn pointer; a canceller marks the slot (low bit)
  * while it uses the pointer, and the owner waits for the mark to go before
  * it takes the connection back, so the pointer cannot die under the
@@ -28,6 +30,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "wait.h"
 
 int dbl_cancel_init(dblock_client *cl) {
   cl->cancel.fd[0] = cl->cancel.fd[1] = -1;
@@ -47,6 +50,13 @@ int dblock_client_cancel(dblock_client *cl) {
   /* Full pipe (EAGAIN): it is readable already, which is all we need. */
   if (write(cl->cancel.fd[1], &b, 1) < 0) {
   }
+  /* (the waiter is chosen at open, before any acquire, and never changes) */
+  if (cl->waiter && cl->waiter->cancel) cl->waiter->cancel(cl);
+  errno = saved;
+  return 0;
+}
+
+void dbl_cancel_server_waits(dblock_client *cl) {
   for (int i = 0; i < DBL_CANCEL_SLOTS; i++) {
     uintptr_t v = atomic_load(&cl->cancel.slot[i]);
     if (!v || (v & 1)) continue;
@@ -62,9 +72,6 @@ int dblock_client_cancel(dblock_client *cl) {
     }
     atomic_store(&cl->cancel.slot[i], v);
   }
-  dbl_board_cancel(cl); /* (waiters asleep on the wake board) */
-  errno = saved;
-  return 0;
 }
 
 int dblock_client_cancel_clear(dblock_client *cl) {

@@ -401,6 +401,9 @@ void dbl_cancel_close(dblock_client *cl);
 int dbl_cancelled(dblock_client *cl);
 int dbl_cancel_watch(dblock_client *cl, dbl_pconn *pc);
 int dbl_cancel_unwatch(dblock_client *cl, int slot, dbl_pconn *pc);
+/* The server waiter's cancel hook: wakes the connections registered by
+ * dbl_cancel_watch through the driver's cancel (async-signal-safe). */
+void dbl_cancel_server_waits(dblock_client *cl);
 void dbl_cancel_sleep(dblock_client *cl, int64_t us);
 
 /* Reaper thread. */

@@ -136,6 +136,7 @@ static const dbl_waiter waiter_server = {
     .sleep = nothing, /* (the attempt waited) */
     .end = no_end,
     .server_ms = server_ms,
+    .cancel = dbl_cancel_server_waits, /* (the connections waiting in it) */
 };
 
 /* ---- queue: a ticket and a notification (PostgreSQL) ------------------- */
@@ -273,6 +274,7 @@ static const dbl_waiter waiter_board = {
     .after = board_after,
     .sleep = board_sleep,
     .end = board_end,
+    .cancel = dbl_board_cancel, /* (the futex words its sleepers wait on) */
 };
 
 const dbl_waiter *dbl_waiter_for(const dblock_client *cl) {

@@ -73,6 +73,11 @@ typedef struct dbl_waiter {
   /* How long the next attempt may wait in the server (server waiter
    * only; NULL: not at all). */
   int64_t (*server_ms)(const dbl_waiting *w);
+  /* dblock_client_cancel's way into this waiter's sleeps, after it set
+   * the flag and made the cancel pipe readable (which reach every sleep
+   * that polls them: NULL when that is all it takes). Async-signal-safe:
+   * no lock, no allocation. */
+  void (*cancel)(dblock_client *cl);
 } dbl_waiter;
 
 /* The waiter of cl's backend × strategy (and URL: a transaction pooler
