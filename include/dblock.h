@@ -526,6 +526,27 @@ int dblock_release_grant(dblock_client *client, const char *name,
 int dblock_reap(dblock_client *client, int64_t grace_ms, int batch,
                 int64_t *deleted);
 
+/* ---- Fenced writes in the application's own transaction ----
+ *
+ * On PostgreSQL and MariaDB, `dblock migrate` creates the SQL function
+ * dblock_check(name, fence) (<table>_check for a table other than
+ * dblock_locks): called inside the transaction that writes, it raises
+ * SQLSTATE DBL01 unless the name is held, by the server's clock at that
+ * moment, by the grant with that fence, and holds the lock row until the
+ * transaction ends, so no later grant of the name commits before the
+ * write does (docs/fencing.md). */
+struct sqlite3;
+/* SQLite: registers the same function on the application's own connection
+ * db, for the lock table table (NULL: dblock_locks) in the attached
+ * database schema (NULL: "main"). There it fails ("dblock_check (DBL01):
+ * ...") unless called inside an explicit transaction, and it takes the
+ * file's write lock first, so no grant commits before that transaction
+ * ends (set a busy timeout on db: a renewal may hold the lock a moment).
+ * Returns 0, DBLOCK_EINVAL (db NULL, a schema or table that is not a
+ * lowercase identifier), DBLOCK_EDB (SQLite refused the function), or
+ * DBLOCK_EUNSUPPORTED in a build without SQLite. */
+int dblock_sqlite_check_register(struct sqlite3 *db, const char *schema, const char *table);
+
 #ifdef __cplusplus
 }
 #endif

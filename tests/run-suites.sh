@@ -205,7 +205,7 @@ for tree in $trees; do
     # TSan kills such a child — and timed waits overran their margins.)
     case "$tree/$name" in
       build-tsan/*) run_suite "$tree/$name" "$t" ;;
-      */test_conformance | */test_waiters | */test_faults | */test_cli | */test_bank | */test_contention | */test_reaper)
+      */test_conformance | */test_waiters | */test_fenced | */test_faults | */test_cli | */test_bank | */test_contention | */test_reaper)
         run_sharded "$tree/$name" "$t" ;;
       *) run_suite "$tree/$name" "$t" ;;
     esac

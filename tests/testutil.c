@@ -2,6 +2,8 @@
 
 #include "drivers/driver.h"
 
+#include <sqlite3.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -511,4 +513,71 @@ int tu_freeze_thread(int tid, int64_t max_ms, int *ctl) {
 void tu_thaw_thread(int pid, int ctl) {
   close(ctl); /* (the freezer lets the thread go when its stdin ends) */
   waitpid(pid, NULL, 0);
+}
+
+struct tu_app {
+  const dbl_driver *d;
+  dbl_conn *c;
+  sqlite3 *db;
+};
+
+tu_app *tu_app_open(const char *url, const char *table) {
+  tu_app *a = calloc(1, sizeof *a);
+  assert_non_null(a);
+  if (strncmp(url, "sqlite://", 9) == 0) {
+    if (sqlite3_open_v2(url + 9, &a->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK)
+      fail_msg("cannot open %s: %s", url + 9, sqlite3_errmsg(a->db));
+    sqlite3_busy_timeout(a->db, 5000);
+    assert_int_equal(dblock_sqlite_check_register(a->db, NULL, table), 0);
+  } else if (!(a->c = tu_conn(url, &a->d))) {
+    fail_msg("no connection to %s", url);
+  }
+  return a;
+}
+
+void tu_app_close(tu_app *a) {
+  if (!a) return;
+  if (a->db) sqlite3_close(a->db);
+  if (a->c) a->d->close(a->c);
+  free(a);
+}
+
+int tu_app_exec(tu_app *a, const char *sql, char code[6], char msg[512]) {
+  const char *m = "", *p;
+  char *err = NULL;
+  dbl_err e;
+  int rc;
+  memset(&e, 0, sizeof e);
+  if (code) code[0] = 0;
+  if (a->db) {
+    rc = sqlite3_exec(a->db, sql, NULL, NULL, &err) == SQLITE_OK ? 0 : -1;
+    m = err ? err : sqlite3_errmsg(a->db);
+    if (rc && code && (p = strstr(m, "dblock_check (")) != NULL) snprintf(code, 6, "%s", p + 14);
+  } else {
+    rc = a->d->script(a->c, sql, &e) == 0 ? 0 : -1;
+    m = e.msg;
+    if (rc && code) snprintf(code, 6, "%s", e.sqlstate);
+  }
+  if (msg) snprintf(msg, 512, "%s", rc ? m : "");
+  sqlite3_free(err);
+  return rc;
+}
+
+int64_t tu_app_i64(tu_app *a, const char *sql) {
+  int64_t v = 0;
+  if (a->db) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW)
+      fail_msg("%s: %s", sql, sqlite3_errmsg(a->db));
+    v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+  } else {
+    dbl_err e;
+    dbl_res r;
+    memset(&e, 0, sizeof e);
+    if (a->d->query(a->c, sql, NULL, 0, &r, &e) != 0) fail_msg("%s: %s", sql, e.msg);
+    v = dbl_res_i64(&r, 0, 0);
+    dbl_res_clear(&r);
+  }
+  return v;
 }

@@ -168,4 +168,19 @@ void tu_thaw_thread(int pid, int ctl);
 /* The message of the last error on c (or of the thread when c is NULL). */
 const char *tu_errmsg(dblock_client *c);
 
+/* The application's own connection to a lock database (not a dblock
+ * client's), for fenced writes in its own transactions: a plain driver
+ * connection on PostgreSQL and MariaDB, and on SQLite a sqlite3 handle
+ * (busy timeout 5 s) with dblock_sqlite_check_register done for table
+ * (NULL: the default). */
+typedef struct tu_app tu_app;
+tu_app *tu_app_open(const char *url, const char *table);
+void tu_app_close(tu_app *a);
+/* Runs sql: 0, or -1 with the error's SQLSTATE in code (on SQLite, the
+ * one dblock_check's message names: "dblock_check (DBL01): ..."; else
+ * "") and its message in msg (either may be NULL). */
+int tu_app_exec(tu_app *a, const char *sql, char code[6], char msg[512]);
+/* The first value of a one-row query (fails the test on an error). */
+int64_t tu_app_i64(tu_app *a, const char *sql);
+
 #endif

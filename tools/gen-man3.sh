@@ -78,6 +78,7 @@ BEGIN {
   rule("dblock_reap", "admin")
   rule("dblock_migrat*", "migrate")        # migrate, migrate_*, migration_*
   rule("dblock_lock*", "lock")
+  rule("dblock_sqlite_check_register", "lock") # fenced writes (a lock fence)
   rule("DBLOCK_NAME_MAX", "lock")
   rule("dblock_client*", "client")
   rule("dblock_strategy*", "client")       # the enum, _name, _parse
@@ -249,6 +250,8 @@ function adddecl(kind, name, text, proto) {
   next
 }
 /^#/ || /^extern "C"/ || /^}[ \t]*$/ { endblock(); havec = 0; next }
+# (a forward declaration of another library type: struct sqlite3;)
+/^struct[ \t]+[A-Za-z_][A-Za-z0-9_]*[ \t]*;[ \t]*$/ { next }
 
 # ---- Types -------------------------------------------------------------------
 /^typedef[ \t]/ {

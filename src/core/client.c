@@ -107,13 +107,18 @@ bad:
 
 char *dbl_expand(const dblock_client *cl, const char *tmpl) {
   size_t cap = strlen(tmpl) * 2 + 256, o = 0;
-  char *s = malloc(cap);
+  char *s = malloc(cap), check[64];
   if (!s) return NULL;
+  /* the fenced-write check function: dblock_check for the default table,
+   * else <table>_check (one per table: it reads that table) */
+  if (strcmp(cl->table, DEFAULT_TABLE) == 0) snprintf(check, sizeof check, "dblock_check");
+  else snprintf(check, sizeof check, "%s_check", cl->table);
   for (const char *p = tmpl; *p;) {
     const char *rep = NULL;
     size_t skip = 0;
     if (strncmp(p, "${table}", 8) == 0) rep = cl->table, skip = 8;
     else if (strncmp(p, "${schema}", 9) == 0) rep = cl->schema, skip = 9;
+    else if (strncmp(p, "${check}", 8) == 0) rep = check, skip = 8;
     if (rep) {
       size_t rl = strlen(rep);
       if (o + rl + 1 >= cap) { free(s); return NULL; }

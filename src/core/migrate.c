@@ -157,6 +157,9 @@ static const probe PROBES[] = {
      {"SELECT count(*) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
       "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '${schema}' "
       "AND c.relname = '${table}_alive' AND t.tgname = '${table}_alive_kept'"}},
+    {"postgres", 6,
+     {"SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+      "WHERE n.nspname = '${schema}' AND p.proname = '${check}'"}},
     {"mysql", 1,
      {MY_REL("") " AND table_type = 'BASE TABLE'",
       "SELECT count(*) FROM ${table} WHERE name = ''",
@@ -166,6 +169,9 @@ static const probe PROBES[] = {
       "table_name = '${table}' AND column_name = 'owner_session'"}},
     {"mysql", 3, {MY_REL("_alive")}},
     {"mysql", 4, {MY_REL("_holders")}},
+    {"mysql", 5,
+     {"SELECT count(*) FROM information_schema.routines WHERE routine_schema = DATABASE() "
+      "AND routine_name = '${check}' AND routine_type = 'FUNCTION'"}},
     {"sqlite", 1,
      {"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '${table}'",
       "SELECT count(*) FROM ${table} WHERE name = ''"}},

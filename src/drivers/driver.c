@@ -35,6 +35,13 @@ const dbl_driver *dbl_driver_for(const dbl_url *url) {
   }
 }
 
+#if !DBLOCK_WITH_SQLITE
+int dblock_sqlite_check_register(struct sqlite3 *db, const char *schema, const char *table) {
+  (void)db, (void)schema, (void)table;
+  return DBLOCK_EUNSUPPORTED;
+}
+#endif
+
 void dbl_res_clear(dbl_res *r) {
   if (!r) return;
   if (r->vals)

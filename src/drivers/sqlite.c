@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <unistd.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
@@ -453,3 +454,157 @@ const dbl_driver dbl_driver_sqlite = {
     .set_autocommit = lite_set_autocommit,
     .board_path = lite_board_path,
 };
+
+/* ---- dblock_sqlite_check_register: fenced writes (dblock.h) ---------- */
+
+/* The check of one registration: its statements, on the application's
+ * connection, with the lock table's schema and name written in. */
+typedef struct check_fn {
+  char *kind_sql, *claim_sql, *row_sql;
+} check_fn;
+
+static void check_fn_free(void *p) {
+  check_fn *k = p;
+  if (!k) return;
+  free(k->kind_sql);
+  free(k->claim_sql);
+  free(k->row_sql);
+  free(k);
+}
+
+/* A lowercase SQL identifier of at most max bytes. */
+static int plain_ident(const char *s, size_t max) {
+  size_t n = strlen(s);
+  if (n == 0 || n > max || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_')) return 0;
+  return 1;
+}
+
+static char *fmt_sql(const char *f, const char *schema, const char *table) {
+  size_t n = strlen(f) + strlen(schema) + strlen(table) + 1;
+  char *s = malloc(n);
+  if (s) snprintf(s, n, f, schema, table);
+  return s;
+}
+
+/* Runs sql with name bound (?1) on db: SQLITE_ROW with *st left to read
+ * (the caller finalizes it), SQLITE_DONE, or an error. */
+static int check_step(sqlite3 *db, const char *sql, sqlite3_value *name, sqlite3_stmt **st) {
+  int rc = sqlite3_prepare_v2(db, sql, -1, st, NULL);
+  if (rc != SQLITE_OK) return rc;
+  if (name) sqlite3_bind_value(*st, 1, name);
+  return sqlite3_step(*st);
+}
+
+static void check_fail(sqlite3_context *ctx, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void check_fail(sqlite3_context *ctx, const char *code, const char *fmt, ...) {
+  char msg[600];
+  int n;
+  va_list ap;
+  n = snprintf(msg, sizeof msg, "dblock_check (%s): ", code);
+  va_start(ap, fmt);
+  vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+  va_end(ap);
+  sqlite3_result_error(ctx, msg, -1);
+}
+
+/* dblock_check(name, fence): the fence if the name is held, now by this
+ * host's clock, by the grant with that fence; else an error. Takes the
+ * file's write lock first (a write statement that changes nothing), so
+ * that what it reads stays true until the caller's transaction ends. */
+static void fn_check(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+  check_fn *k = sqlite3_user_data(ctx);
+  sqlite3 *db = sqlite3_context_db_handle(ctx);
+  sqlite3_stmt *st = NULL;
+  const char *name;
+  int64_t fence, row_fence, ends;
+  int rc, state;
+  char kind[16] = "";
+  (void)argc;
+  if (sqlite3_value_type(argv[0]) == SQLITE_NULL || sqlite3_value_type(argv[1]) == SQLITE_NULL)
+    return check_fail(ctx, "22004", "the lock name and the fence must not be NULL");
+  name = (const char *)sqlite3_value_text(argv[0]);
+  fence = sqlite3_value_int64(argv[1]);
+  if (sqlite3_get_autocommit(db))
+    return check_fail(ctx, "DBL04",
+                      "call it inside the transaction that writes (BEGIN ... COMMIT): outside "
+                      "one, nothing holds lock \"%s\" until the write",
+                      name);
+  /* (a plain read first: a for_update holder holds the file's write lock,
+   * which the claim below would wait for) */
+  rc = check_step(db, k->kind_sql, argv[0], &st);
+  if (rc == SQLITE_ROW) snprintf(kind, sizeof kind, "%s", (const char *)sqlite3_column_text(st, 0));
+  sqlite3_finalize(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sqlite3_result_error_code(ctx, rc);
+  if (strcmp(kind, "for_update") == 0)
+    return check_fail(ctx, "DBL02",
+                      "lock \"%s\" is a for_update lock, whose holder holds the file's write "
+                      "lock: take it with the insert or optimistic strategy for fenced writes",
+                      name);
+  rc = check_step(db, k->claim_sql, NULL, &st);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) {
+    /* (busy, or this transaction's snapshot is older than a commit: the
+     * caller retries its transaction) */
+    sqlite3_result_error_code(ctx, rc);
+    return;
+  }
+  rc = check_step(db, k->row_sql, argv[0], &st);
+  if (rc != SQLITE_ROW) {
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return sqlite3_result_error_code(ctx, rc);
+    return check_fail(ctx, "DBL01", "lock \"%s\" does not exist: fence %lld holds nothing",
+                      name, (long long)fence);
+  }
+  snprintf(kind, sizeof kind, "%s", (const char *)sqlite3_column_text(st, 0));
+  state = sqlite3_column_int(st, 1);
+  row_fence = sqlite3_column_int64(st, 2);
+  ends = sqlite3_column_int64(st, 3);
+  sqlite3_finalize(st);
+  if (strcmp(kind, "for_update") == 0)
+    return check_fail(ctx, "DBL02",
+                      "lock \"%s\" is a for_update lock: take it with the insert or optimistic "
+                      "strategy for fenced writes",
+                      name);
+  if (state != 1)
+    return check_fail(ctx, "DBL01",
+                      "lock \"%s\" is not held (released, force-unlocked or reaped): fence "
+                      "%lld is stale",
+                      name, (long long)fence);
+  if (row_fence != fence)
+    return check_fail(ctx, "DBL01", "lock \"%s\" is held by the grant with fence %lld, not %lld",
+                      name, (long long)row_fence, (long long)fence);
+  if (ends <= wall_us())
+    return check_fail(ctx, "DBL01", "the lease of lock \"%s\" (fence %lld) ended %lld ms ago",
+                      name, (long long)fence, (long long)((wall_us() - ends) / 1000));
+  sqlite3_result_int64(ctx, fence);
+}
+
+int dblock_sqlite_check_register(struct sqlite3 *db, const char *schema, const char *table) {
+  check_fn *k;
+  char fname[64];
+  if (!schema) schema = "main";
+  if (!table) table = "dblock_locks";
+  if (!db || !plain_ident(schema, 63) || !plain_ident(table, 47)) return DBLOCK_EINVAL;
+  if (!(k = calloc(1, sizeof *k))) return DBLOCK_ENOMEM;
+  k->kind_sql = fmt_sql("SELECT strategy FROM \"%s\".\"%s\" WHERE name = ?1 AND name <> ''",
+                        schema, table);
+  /* (changes nothing, but makes this a write transaction on the file) */
+  k->claim_sql = fmt_sql("UPDATE \"%s\".\"%s\" SET version = version WHERE 0", schema, table);
+  k->row_sql = fmt_sql("SELECT strategy, state, fence, expires_at FROM \"%s\".\"%s\" "
+                       "WHERE name = ?1 AND name <> ''",
+                       schema, table);
+  if (!k->kind_sql || !k->claim_sql || !k->row_sql) {
+    check_fn_free(k);
+    return DBLOCK_ENOMEM;
+  }
+  if (strcmp(table, "dblock_locks") == 0) snprintf(fname, sizeof fname, "dblock_check");
+  else snprintf(fname, sizeof fname, "%s_check", table);
+  /* (on failure SQLite calls the destructor itself) */
+  if (sqlite3_create_function_v2(db, fname, 2, SQLITE_UTF8, k, fn_check, NULL, NULL,
+                                 check_fn_free) != SQLITE_OK)
+    return DBLOCK_EDB;
+  return 0;
+}
