@@ -537,8 +537,9 @@ int dblock_reap(dblock_client *client, int64_t grace_ms, int batch,
  * write does (docs/fencing.md). */
 struct sqlite3;
 /* SQLite: registers the same function on the application's own connection
- * db, for the lock table table (NULL: dblock_locks) in the attached
- * database schema (NULL: "main"). There it fails ("dblock_check (DBL01):
+ * db, for the lock table table (NULL: dblock_locks) in the database
+ * schema (NULL: "main"; ATTACH the lock file before registering, when it
+ * is not db's main file). There it fails ("dblock_check (DBL01):
  * ...") unless called inside an explicit transaction, and it takes the
  * file's write lock first, so no grant commits before that transaction
  * ends (set a busy timeout on db: a renewal may hold the lock a moment).

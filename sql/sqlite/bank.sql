@@ -1,9 +1,8 @@
--- dblock-bank demo: one account. last_fence is the newest fencing token
--- the account accepted; a write carrying an older token is refused.
+-- dblock-bank demo: one account. No fence column: a fenced write checks
+-- its lock's fence in its own transaction (dblock_check, docs/fenced-writes.md).
 DROP TABLE IF EXISTS dblock_bank_account;
 CREATE TABLE dblock_bank_account (
   id          INTEGER PRIMARY KEY,
-  balance     INTEGER NOT NULL,
-  last_fence  INTEGER NOT NULL DEFAULT 0
+  balance     INTEGER NOT NULL
 );
 INSERT INTO dblock_bank_account (id, balance) VALUES (1, 200);

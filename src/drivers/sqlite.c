@@ -461,11 +461,15 @@ const dbl_driver dbl_driver_sqlite = {
  * connection, with the lock table's schema and name written in. */
 typedef struct check_fn {
   char *kind_sql, *claim_sql, *row_sql;
+  char *path;     /* the lock file (NULL: in memory, or a temp database) */
+  sqlite3 *peek;  /* a read-only connection of the check's own to it */
 } check_fn;
 
 static void check_fn_free(void *p) {
   check_fn *k = p;
   if (!k) return;
+  if (k->peek) sqlite3_close(k->peek);
+  free(k->path);
   free(k->kind_sql);
   free(k->claim_sql);
   free(k->row_sql);
@@ -532,9 +536,19 @@ static void fn_check(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                       "call it inside the transaction that writes (BEGIN ... COMMIT): outside "
                       "one, nothing holds lock \"%s\" until the write",
                       name);
-  /* (a plain read first: a for_update holder holds the file's write lock,
-   * which the claim below would wait for) */
-  rc = check_step(db, k->kind_sql, argv[0], &st);
+  /* A for_update holder holds the file's write lock, which the claim
+   * below would wait for: its name is looked up first, on the check's own
+   * connection, so that this transaction reads nothing before its claim
+   * (a read would pin a snapshot that any commit meanwhile — a renewal —
+   * makes too old to write: SQLITE_BUSY_SNAPSHOT). */
+  if (!k->peek && k->path &&
+      sqlite3_open_v2(k->path, &k->peek, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, NULL) !=
+          SQLITE_OK) {
+    sqlite3_close(k->peek);
+    k->peek = NULL;
+  }
+  if (k->peek) sqlite3_busy_timeout(k->peek, 5000);
+  rc = check_step(k->peek ? k->peek : db, k->kind_sql, argv[0], &st);
   if (rc == SQLITE_ROW) snprintf(kind, sizeof kind, "%s", (const char *)sqlite3_column_text(st, 0));
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sqlite3_result_error_code(ctx, rc);
@@ -589,8 +603,16 @@ int dblock_sqlite_check_register(struct sqlite3 *db, const char *schema, const c
   if (!table) table = "dblock_locks";
   if (!db || !plain_ident(schema, 63) || !plain_ident(table, 47)) return DBLOCK_EINVAL;
   if (!(k = calloc(1, sizeof *k))) return DBLOCK_ENOMEM;
+  /* (the peek connection knows the file as its main database) */
+  {
+    const char *f = sqlite3_db_filename(db, schema);
+    if (f && *f && !(k->path = strdup(f))) {
+      check_fn_free(k);
+      return DBLOCK_ENOMEM;
+    }
+  }
   k->kind_sql = fmt_sql("SELECT strategy FROM \"%s\".\"%s\" WHERE name = ?1 AND name <> ''",
-                        schema, table);
+                        k->path ? "main" : schema, table);
   /* (changes nothing, but makes this a write transaction on the file) */
   k->claim_sql = fmt_sql("UPDATE \"%s\".\"%s\" SET version = version WHERE 0", schema, table);
   k->row_sql = fmt_sql("SELECT strategy, state, fence, expires_at FROM \"%s\".\"%s\" "

@@ -4,6 +4,8 @@
  */
 #include "bank_account.h"
 
+#include "dblock.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,16 +78,28 @@ static int not_built(const char *backend) {
 }
 #endif
 
-int acct_open(account *a, const char *url) {
+int acct_open(account *a, const char *lock_url) {
+  const char *url = acct_url(lock_url);
   memset(a, 0, sizeof *a);
   if (strncmp(url, "sqlite://", 9) == 0) {
     a->kind = 's';
 #if DBLOCK_WITH_SQLITE
+    char attach[1200];
     if (sqlite3_open(url + 9, &a->lite) != SQLITE_OK) {
       fprintf(stderr, "%s: cannot open %s\n", prog, url + 9);
       return -1;
     }
     sqlite3_busy_timeout(a->lite, 10000);
+    /* The account is a file of its own: the lock file is attached, and
+     * dblock_check registered for its table, so that one transaction
+     * checks the lock and writes the account. */
+    sqlite3_snprintf(sizeof attach, attach, "ATTACH DATABASE %Q AS locks", lock_url + 9);
+    if (sqlite3_exec(a->lite, attach, NULL, NULL, NULL) != SQLITE_OK ||
+        dblock_sqlite_check_register(a->lite, "locks", NULL) != 0) {
+      fprintf(stderr, "%s: cannot attach the lock file %s: %s\n", prog, lock_url + 9,
+              sqlite3_errmsg(a->lite));
+      return -1;
+    }
     return 0;
 #else
     return not_built("SQLite");
@@ -197,42 +211,84 @@ int acct_read(account *a, long long *balance) {
   return -1;
 }
 
-int acct_write(account *a, long long balance, long long fence) {
-  char sql[256];
-  long long changed = 0;
-  snprintf(sql, sizeof sql,
-           "UPDATE dblock_bank_account SET balance = %lld, last_fence = %lld "
-           "WHERE id = 1 AND last_fence <= %lld",
-           balance, fence, fence);
-  switch (a->kind) {
+/* The last error on the account's connection. */
+static const char *acct_error(account *a) {
 #if DBLOCK_WITH_SQLITE
-  case 's':
-    if (sqlite3_exec(a->lite, sql, NULL, NULL, NULL) != SQLITE_OK) return -1;
-    changed = sqlite3_changes(a->lite);
-    break;
+  if (a->kind == 's') return sqlite3_errmsg(a->lite);
 #endif
 #if DBLOCK_WITH_MYSQL
-  case 'm':
-    if (mysql_real_query(a->my, sql, strlen(sql))) return -1;
-    changed = (long long)mysql_affected_rows(a->my);
-    break;
+  if (a->kind == 'm') return mysql_error(a->my);
 #endif
 #if DBLOCK_WITH_PG
-  case 'p': {
-    PGresult *r = PQexec(a->pg, sql);
-    int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (ok) changed = atoll(PQcmdTuples(r));
-    PQclear(r);
-    if (!ok) return -1;
-    break;
-  }
+  if (a->kind == 'p') return PQerrorMessage(a->pg);
 #endif
-  default:
+  return "unknown error";
+}
+
+/* Runs one statement (its result, if any, is dropped): 0, or -1 with the
+ * error's SQLSTATE in state (SQLite: the one a dblock_check message
+ * names, "dblock_check (DBL01): ...", else ""). */
+static int acct_step(account *a, const char *sql, char state[6]) {
+  state[0] = 0;
+#if DBLOCK_WITH_SQLITE
+  if (a->kind == 's') {
+    const char *m;
+    if (sqlite3_exec(a->lite, sql, NULL, NULL, NULL) == SQLITE_OK) return 0;
+    if ((m = strstr(sqlite3_errmsg(a->lite), "dblock_check (")) != NULL)
+      snprintf(state, 6, "%s", m + 14);
     return -1;
   }
-  /* MySQL reports 0 changed rows when the values are the same; the demo's
-   * writes always change the balance, so 0 means refused. */
-  return changed == 1 ? 0 : 1;
+#endif
+#if DBLOCK_WITH_MYSQL
+  if (a->kind == 'm') {
+    MYSQL_RES *r;
+    if (mysql_real_query(a->my, sql, strlen(sql))) {
+      snprintf(state, 6, "%s", mysql_sqlstate(a->my));
+      return -1;
+    }
+    /* (a function's error may come with the rows, after the query was
+     * accepted) */
+    if ((r = mysql_store_result(a->my)) != NULL) mysql_free_result(r);
+    else if (mysql_errno(a->my)) {
+      snprintf(state, 6, "%s", mysql_sqlstate(a->my));
+      return -1;
+    }
+    return 0;
+  }
+#endif
+#if DBLOCK_WITH_PG
+  if (a->kind == 'p') {
+    PGresult *r = PQexec(a->pg, sql);
+    int st = PQresultStatus(r), ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+    const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    if (!ok && s) snprintf(state, 6, "%s", s);
+    PQclear(r);
+    return ok ? 0 : -1;
+  }
+#endif
+  (void)sql;
+  return -1;
+}
+
+int acct_write(account *a, long long balance, const char *name, long long fence) {
+  char upd[128], check[512], state[6];
+  snprintf(upd, sizeof upd, "UPDATE dblock_bank_account SET balance = %lld WHERE id = 1", balance);
+  if (fence <= 0) return acct_step(a, upd, state) == 0 ? 0 : -1;
+  /* (the name is the program's own, never outside input) */
+  snprintf(check, sizeof check, "SELECT dblock_check('%s', %lld)", name, fence);
+  if (acct_step(a, "BEGIN", state) != 0) return -1;
+  if (acct_step(a, check, state) != 0) {
+    int refused = strcmp(state, "DBL01") == 0;
+    if (!refused) fprintf(stderr, "%s: the fence check failed: %s\n", prog, acct_error(a));
+    acct_step(a, "ROLLBACK", state);
+    return refused ? 1 : -1;
+  }
+  if (acct_step(a, upd, state) != 0 || acct_step(a, "COMMIT", state) != 0) {
+    fprintf(stderr, "%s: the account write failed: %s\n", prog, acct_error(a));
+    acct_step(a, "ROLLBACK", state);
+    return -1;
+  }
+  return 0;
 }
 
 const char *acct_url(const char *url) {
@@ -245,7 +301,7 @@ const char *acct_url(const char *url) {
 int acct_reset(const char *url) {
   account a;
   int rc;
-  if (acct_open(&a, acct_url(url)) != 0) return -1;
+  if (acct_open(&a, url) != 0) return -1;
   rc = acct_script(&a, a.kind == 's' ? bank_sql_sqlite
                        : a.kind == 'm' ? bank_sql_mysql : bank_sql_postgres);
   if (rc) fprintf(stderr, "%s: cannot create the demo account table\n", prog);

@@ -38,9 +38,11 @@ typedef struct account {
  * Returns url or a static buffer (the next call overwrites it). */
 const char *acct_url(const char *url);
 
-/* Connects to url (postgres://, mysql:// or mariadb://, sqlite://). Returns
- * 0, or -1 after a message on stderr (also for a backend not built in). */
-int acct_open(account *a, const char *url);
+/* Connects to the account's database for the locks' lock_url (postgres://,
+ * mysql:// or mariadb://: the same database; sqlite://: a file of its own,
+ * acct_url, with the lock file attached). Returns 0, or -1 after a message
+ * on stderr (also for a backend not built in). */
+int acct_open(account *a, const char *lock_url);
 
 /* Closes what acct_open opened (also after a failed acct_open). */
 void acct_close(account *a);
@@ -52,9 +54,10 @@ int acct_reset(const char *url);
 /* Reads the balance into *balance. Returns 0 or -1. */
 int acct_read(account *a, long long *balance);
 
-/* Writes the balance. With fence > 0 the write is fenced: refused (returns
- * 1) unless fence is at least the newest token the account has accepted.
- * Returns 0 when written, -1 on error. */
-int acct_write(account *a, long long balance, long long fence);
+/* Writes the balance. With fence > 0 the write is fenced: one transaction
+ * checks that lock name is held by the grant with that fence
+ * (dblock_check) and writes; the database refuses it (returns 1) when it
+ * is not. Returns 0 when written, -1 on error. */
+int acct_write(account *a, long long balance, const char *name, long long fence);
 
 #endif

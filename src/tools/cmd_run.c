@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -46,6 +47,33 @@ static int min_hold(const args *a, dblock_client *cl, dblock_lock *l, const char
 }
 
 
+/* DBLOCK_CHECK_SQL: the statement that checks this grant's fence in the
+ * command's own transaction (docs/fenced-writes.md), with the name
+ * quoted for the backend: doubled quotes on PostgreSQL (standard strings)
+ * and SQLite; a hex literal on MariaDB, whose quoting depends on its
+ * sql_mode (backslashes) while X'..' does not. NULL: out of memory. */
+static char *check_sql(const dblock_client *cl, const char *table, const char *name,
+                       int64_t fence) {
+  size_t n = strlen(name), cap = 2 * n + 128 + 64, o;
+  char *s = malloc(cap), fn[64];
+  if (!s) return NULL;
+  if (!table || strcmp(table, "dblock_locks") == 0) snprintf(fn, sizeof fn, "dblock_check");
+  else snprintf(fn, sizeof fn, "%s_check", table);
+  o = (size_t)snprintf(s, cap, "DBLOCK_CHECK_SQL=SELECT %s(", fn);
+  if (strcmp(dblock_client_backend(cl), "mysql") == 0) {
+    o += (size_t)snprintf(s + o, cap - o, "X'");
+    for (size_t i = 0; i < n; i++) o += (size_t)snprintf(s + o, cap - o, "%02x", (unsigned char)name[i]);
+  } else {
+    s[o++] = '\'';
+    for (size_t i = 0; i < n; i++) {
+      if (name[i] == '\'') s[o++] = '\'';
+      s[o++] = name[i];
+    }
+  }
+  snprintf(s + o, cap - o, "', %lld)", (long long)fence);
+  return s;
+}
+
 /* Runs the command after "--" under NAME and exits with its status (4
  * when the lock was lost while it ran; 126/127 when it cannot be started;
  * 128 + N when signal N interrupted the wait for the lock). */
@@ -76,7 +104,16 @@ static int cmd_run(args *a) {
   }
   granted = cli_mono_ms();
 
-  if ((rc = sup_start(&child, a->child, name, dblock_lock_fence(l))) != 0) {
+  {
+    char nv[DBLOCK_NAME_MAX + 16], fv[40], *cv = check_sql(cl, a->table, name, dblock_lock_fence(l));
+    char *vars[] = {nv, fv, cv, NULL};
+    snprintf(nv, sizeof nv, "DBLOCK_NAME=%s", name);
+    snprintf(fv, sizeof fv, "DBLOCK_FENCE=%lld", (long long)dblock_lock_fence(l));
+    rc = cv ? sup_start(&child, a->child, vars) : 126;
+    if (!cv) fprintf(stderr, "%s: run: out of memory\n", PROG);
+    free(cv);
+  }
+  if (rc != 0) {
     dblock_lock_release(l);
     dblock_client_free(cl);
     return rc;

@@ -136,39 +136,44 @@ static void follow_stop(pid_t pid, pid_t group) {
   kill(-group, SIGCONT);
 }
 
-/* environ without DBLOCK_NAME / DBLOCK_FENCE, plus ours. */
-static char **child_env(const char *name, int64_t fence) {
-  size_t n = 0, k = 0;
-  char **env, *nv, *fv;
-  for (char **e = environ; e && *e; e++) n++;
-  if (!(env = calloc(n + 3, sizeof *env))) return NULL;
-  for (char **e = environ; e && *e; e++)
-    if (strncmp(*e, "DBLOCK_NAME=", 12) != 0 && strncmp(*e, "DBLOCK_FENCE=", 13) != 0)
-      env[k++] = *e;
-  nv = malloc(strlen(name) + 13);
-  fv = malloc(32);
-  if (!nv || !fv) {
-    free(nv), free(fv), free(env);
-    return NULL;
-  }
-  sprintf(nv, "DBLOCK_NAME=%s", name);
-  snprintf(fv, 32, "DBLOCK_FENCE=%lld", (long long)fence);
-  env[k++] = nv;
-  env[k++] = fv;
-  env[k] = NULL;
-  return env;
+/* The environment variables dblock run sets: the command never sees an
+ * inherited one of these. */
+static int ours(const char *kv) {
+  static const char *const keys[] = {"DBLOCK_NAME=", "DBLOCK_FENCE=", "DBLOCK_CHECK_SQL="};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (strncmp(kv, keys[i], strlen(keys[i])) == 0) return 1;
+  return 0;
 }
 
-/* Frees what child_env made (its two strings and the array; the rest is
+/* Frees what child_env made (its copies and the array; the rest is
  * environ's). NULL is fine. */
 static void free_env(char **env) {
   if (!env) return;
   for (char **e = env; *e; e++)
-    if (strncmp(*e, "DBLOCK_NAME=", 12) == 0 || strncmp(*e, "DBLOCK_FENCE=", 13) == 0) free(*e);
+    if (ours(*e)) free(*e);
   free(env);
 }
 
-int sup_start(sup_child *c, char *const *argv, const char *name, int64_t fence) {
+/* environ without our variables, plus copies of vars ("KEY=value", a
+ * NULL-ended list of ours). */
+static char **child_env(char *const *vars) {
+  size_t n = 0, k = 0, nv = 0;
+  char **env;
+  for (char **e = environ; e && *e; e++) n++;
+  while (vars[nv]) nv++;
+  if (!(env = calloc(n + nv + 1, sizeof *env))) return NULL;
+  for (char **e = environ; e && *e; e++)
+    if (!ours(*e)) env[k++] = *e;
+  for (size_t i = 0; i < nv; i++)
+    if (!(env[k++] = strdup(vars[i]))) {
+      free_env(env); /* (the list ends at the failed copy: calloc) */
+      return NULL;
+    }
+  return env;
+}
+
+
+int sup_start(sup_child *c, char *const *argv, char *const *vars) {
   char **env;
   sigset_t fwd, old;
   struct sigaction sa;
@@ -191,7 +196,7 @@ int sup_start(sup_child *c, char *const *argv, const char *name, int64_t fence) 
     if (c->saved[i].sa_handler != SIG_IGN) sigaction(FORWARDED[i], &sa, NULL);
   }
 
-  env = child_env(name, fence);
+  env = child_env(vars);
   c->guard_fd = -1;
   if ((c->group = start_guardian(&c->guard_fd)) < 0) {
     fprintf(stderr, "%s: run: cannot start the process-group guardian: %s\n", PROG,

@@ -24,13 +24,14 @@ typedef struct sup_child {
   struct sigaction saved[SUP_NFORWARDED]; /* the forwarded signals' handlers before */
 } sup_child;
 
-/* Starts argv (looked up in PATH) with DBLOCK_NAME=name and
- * DBLOCK_FENCE=fence in its environment, in a new process group led by a
+/* Starts argv (looked up in PATH) with vars ("KEY=value", NULL-ended:
+ * DBLOCK_NAME, DBLOCK_FENCE, DBLOCK_CHECK_SQL; an inherited value of
+ * any of these is dropped) in its environment, in a new process group led by a
  * guardian, with the terminal when dblock has it, and forwards the
  * signals above to that group from now until sup_finish. Returns 0, or
  * (after a message on stderr, with everything undone) 126 when it cannot
  * start the guardian or the command, 127 when the command is not found. */
-int sup_start(sup_child *c, char *const *argv, const char *name, int64_t fence);
+int sup_start(sup_child *c, char *const *argv, char *const *vars);
 
 /* One turn of the wait: sends on the signals that came before the command
  * ran, and follows a stop of an interactive command (^Z). Returns 1 when
