@@ -1159,6 +1159,29 @@ static void t_json_checker(void) {
 static void t_reaper_every_SIGTERM(const char *be) { t_reaper_every_stops(be, SIGTERM); }
 static void t_reaper_every_SIGINT(const char *be) { t_reaper_every_stops(be, SIGINT); }
 
+/* dblock run exports DBLOCK_CHECK_SQL, the fence check for the command's
+ * own transaction, with the name quoted for the backend: for a name with
+ * a quote, a backslash and a space, the statement the command saw, run in
+ * a transaction of another connection while the command holds the lock,
+ * returns its fence (docs/fenced-writes.md). */
+static void t_run_check_sql(const char *be) {
+  const tu_backend *b = migrated(be);
+  const char *name = tfmt("%s o'k\\x", tname("check-sql"));
+  /* (the statement goes to the marker's path + ".sql") */
+  holder h = hold(b, NULL, name, NULL, NULL,
+                  "printf '%s' \"$DBLOCK_CHECK_SQL\" > \"$3.sql\"; " READY LOOP);
+  char *sql = slurp(tfmt("%s.sql", h.marker)), code[6], msg[512];
+  tu_app *app = tu_app_open(b->url, TABLE);
+  if (strncmp(sql, "SELECT " TABLE "_check(", strlen("SELECT " TABLE "_check(")) != 0)
+    fail_msg("[%s] DBLOCK_CHECK_SQL='%s'", be, sql);
+  if (tu_app_exec(app, "BEGIN", code, msg) != 0 || tu_app_exec(app, sql, code, msg) != 0)
+    fail_msg("[%s] `%s` in a transaction: [%s] %s", be, sql, code, msg);
+  print_message("[%s] DBLOCK_CHECK_SQL=%s: passed while held\n", be, sql);
+  tu_app_exec(app, "ROLLBACK", NULL, NULL);
+  tu_app_close(app);
+  unhold(&h);
+}
+
 /* ---- the test table ----------------------------------------------------- */
 
 /* The backends a test runs on, in this order. */
@@ -1198,6 +1221,7 @@ static const cli_test TESTS[] = {
     EACH(list_json, ALL),
     EACH(doctor, ALL),
     EACH(acquire_idiom, ALL),
+    EACH(run_check_sql, ALL),
     EACH(run_fair, ALL),
     ONCE(usage_unknown_command),
     ONCE(usage_unknown_option),

@@ -288,11 +288,77 @@ static void test_for_update_refused(void **s) {
   dblock_client_free(a);
 }
 
+/* Least privilege (PostgreSQL, MariaDB): a role with no privilege on the
+ * lock table (on MariaDB: only on its own data) is refused the check
+ * until it is granted EXECUTE on the function, and then needs nothing
+ * more — it still cannot read the lock table itself. */
+static void test_execute_is_enough(void **s) {
+  char name[128], url[512], sql[512], code[6], msg[512], f[32];
+  int pg = is("postgres");
+  const char *pw = getenv("DBLOCK_TEST_PW"), *port = getenv(pg ? "DBLOCK_TEST_PG_PORT" : "DBLOCK_TEST_MY_PORT");
+  dblock_client *a;
+  dblock_lock *l;
+  tu_app *app;
+  (void)s;
+  assert_non_null(pw);
+  assert_non_null(port);
+  /* (a role left by an earlier run that failed half way) */
+  tu_admin_sql(cur.backend,
+               pg ? "DO 'BEGIN IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = ''fx_exec'') THEN "
+                    "EXECUTE ''DROP OWNED BY fx_exec''; EXECUTE ''DROP ROLE fx_exec''; END IF; END'"
+                  : "DROP USER IF EXISTS 'fx_exec'@'127.0.0.1'");
+  a = cli(0);
+  snprintf(name, sizeof name, "%s", tu_name("exec"));
+  l = tu_acquire(a, name, 0, 0);
+  snprintf(f, sizeof f, "%lld", (long long)dblock_lock_fence(l));
+  if (pg) {
+    snprintf(sql, sizeof sql,
+             "CREATE ROLE fx_exec LOGIN PASSWORD '%s'; GRANT CONNECT ON DATABASE dblock TO fx_exec",
+             pw);
+    tu_admin_sql(cur.backend, sql);
+    snprintf(url, sizeof url, "postgres://fx_exec:%s@127.0.0.1:%s/dblock", pw, port);
+  } else {
+    snprintf(sql, sizeof sql, "CREATE USER 'fx_exec'@'127.0.0.1' IDENTIFIED BY '%s'", pw);
+    tu_admin_sql(cur.backend, sql);
+    /* (MariaDB lets a user choose a database only where it has some
+     * privilege: here, on the application's own data) */
+    app = tu_app_open(cur.url, cur.table);
+    resource_reset(app);
+    tu_app_close(app);
+    snprintf(sql, sizeof sql, "GRANT SELECT ON dblock.%s_res TO 'fx_exec'@'127.0.0.1'", cur.table);
+    tu_admin_sql(cur.backend, sql);
+    snprintf(url, sizeof url, "mysql://fx_exec:%s@127.0.0.1:%s/dblock", pw, port);
+  }
+  app = tu_app_open(url, cur.table);
+  assert_int_equal(begin_checked(app, name, f, 1, code, msg), -1);
+  print_message("without EXECUTE: [%s] %s\n", code, msg);
+  assert_string_equal(code, pg ? "42501" : "42000");
+  tu_app_close(app);
+  if (pg) snprintf(sql, sizeof sql, "GRANT EXECUTE ON FUNCTION public.%s(text, bigint) TO fx_exec", check_fn());
+  else snprintf(sql, sizeof sql, "GRANT EXECUTE ON FUNCTION dblock.%s TO 'fx_exec'@'127.0.0.1'", check_fn());
+  tu_admin_sql(cur.backend, sql);
+  app = tu_app_open(url, cur.table);
+  assert_int_equal(begin_checked(app, name, f, 1, code, msg), 0);
+  snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM %s", cur.table);
+  assert_int_equal(tu_app_exec(app, sql, code, msg), -1); /* (no privilege on the table) */
+  print_message("with EXECUTE only: the check passes; reading the table: [%s] %s\n", code, msg);
+  tu_app_exec(app, "ROLLBACK", NULL, NULL);
+  tu_app_close(app);
+  must_release(l);
+  dblock_client_free(a);
+  tu_admin_sql(cur.backend, pg ? "DROP OWNED BY fx_exec; DROP ROLE fx_exec"
+                               : "DROP USER 'fx_exec'@'127.0.0.1'");
+}
+
 int main(void) {
   const struct CMUnitTest leased_tests[] = {
       cmocka_unit_test(test_stale_write_refused),
       cmocka_unit_test(test_check_holds_row),
       cmocka_unit_test(test_bad_input),
+  };
+  /* (the servers' privileges: PostgreSQL and MariaDB, one leased pair) */
+  const struct CMUnitTest privilege_tests[] = {
+      cmocka_unit_test(test_execute_is_enough),
   };
   const struct CMUnitTest for_update_tests[] = {
       cmocka_unit_test(test_for_update_refused),
@@ -314,6 +380,8 @@ int main(void) {
                dblock_strategy_name(strategies[k]));
       if (leased()) failed += cmocka_run_group_tests_name(group, leased_tests, group_setup, NULL);
       else failed += cmocka_run_group_tests_name(group, for_update_tests, group_setup, NULL);
+      if (cur.strategy == DBLOCK_STRATEGY_INSERT && !is("sqlite"))
+        failed += cmocka_run_group_tests_name(group, privilege_tests, NULL, NULL);
     }
   return failed ? 1 : 0;
 }
