@@ -260,6 +260,29 @@ static void test_galera_optimistic_race(void **st) {
   galera_race(DBLOCK_STRATEGY_OPTIMISTIC);
 }
 
+/* Fenced writes are refused on Galera (docs/fenced-writes.md): a shared
+ * lock is local to its node and a read does not certify, so a takeover on
+ * another node would not wait for the checking transaction. The check
+ * says so (DBL03) instead of passing. */
+static void test_galera_check_refused(void **st) {
+  dblock_client *c = tu_open(galera_url(1), DBLOCK_STRATEGY_INSERT, "topo_gm", 0);
+  dblock_lock *l;
+  tu_app *app = tu_app_open(galera_url(2), "topo_gm");
+  char sql[256], code[6], msg[512];
+  (void)st;
+  tu_migrate(c);
+  l = tu_acquire(c, "fenced", 0, 0);
+  snprintf(sql, sizeof sql, "SELECT topo_gm_check('fenced', %lld)", (long long)dblock_lock_fence(l));
+  assert_int_equal(tu_app_exec(app, "BEGIN", NULL, NULL), 0);
+  assert_int_equal(tu_app_exec(app, sql, code, msg), -1);
+  print_message("galera check: [%s] %s\n", code, msg);
+  assert_string_equal(code, "DBL03");
+  tu_app_exec(app, "ROLLBACK", NULL, NULL);
+  tu_app_close(app);
+  assert_int_equal(dblock_lock_release(l), 0);
+  dblock_client_free(c);
+}
+
 /* A node set read-only is refused at open (the user dblock has ALL
  * PRIVILEGES on the database: the server's state decides, not a failed
  * write); a host list starting with it reaches a writable node. */
@@ -400,6 +423,19 @@ static void test_pg_standby_refused(void **st) {
     assert_int_equal(dblock_lock_acquire(&x, ro, "other", 0, 0), DBLOCK_EPERM);
   }
   dblock_client_free(ro);
+  {
+    /* A fenced write's check on the standby fails (a shared row lock is a
+     * write there), never passes. */
+    tu_app *app = tu_app_open(pg_url("standby"), "topo_p");
+    char sql[256], code[6], msg[512];
+    snprintf(sql, sizeof sql, "SELECT topo_p_check('held', %lld)", (long long)dblock_lock_fence(l));
+    assert_int_equal(tu_app_exec(app, "BEGIN", NULL, NULL), 0);
+    assert_int_equal(tu_app_exec(app, sql, code, msg), -1);
+    print_message("check on the standby: [%s] %s\n", code, msg);
+    assert_string_equal(code, "25006");
+    tu_app_exec(app, "ROLLBACK", NULL, NULL);
+    tu_app_close(app);
+  }
   assert_int_equal(dblock_lock_release(l), 0);
   dblock_client_free(c);
   assert_true(doctor_says(pg_url("standby"), DBLOCK_STRATEGY_INSERT, "topology",
@@ -584,6 +620,7 @@ int main(void) {
       cmocka_unit_test(test_galera_migrate),
       cmocka_unit_test(test_galera_insert_race),
       cmocka_unit_test(test_galera_optimistic_race),
+      cmocka_unit_test(test_galera_check_refused),
       cmocka_unit_test(test_galera_read_only_node),
       cmocka_unit_test(test_galera_doctor),
       cmocka_unit_test(test_galera_node_without_service),
