@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -1159,6 +1160,56 @@ static void t_json_checker(void) {
 static void t_reaper_every_SIGTERM(const char *be) { t_reaper_every_stops(be, SIGTERM); }
 static void t_reaper_every_SIGINT(const char *be) { t_reaper_every_stops(be, SIGINT); }
 
+/* A SQLite database this user cannot write (the file and its directory
+ * read-only; run as user nobody — root writes anything): list, status
+ * and doctor still answer, reading it as it is (no -shm file could be
+ * made: read immutable); a write is refused naming the file and the
+ * directory. Before, every command failed ("attempt to write a readonly
+ * database"). */
+#define RUNUSER "/usr/sbin/runuser" /* (util-linux, as root) */
+static void t_read_only_file(const char *be) {
+  char dir[] = "/tmp/dblock-ro-XXXXXX";
+  const char *url, *db;
+  static const char *const reads[][2] = {{"list", NULL}, {"status", "ro-held"}, {"doctor", NULL}};
+  cmdv c;
+  result r;
+  (void)be;
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(chmod(dir, 0755), 0);
+  db = tfmt("%s/locks.db", dir);
+  url = tfmt("sqlite://%s", db);
+  c = dblock_cmd(url, NULL);
+  cv_addl(&c, "migrate", NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  c = dblock_cmd(url, NULL);
+  cv_addl(&c, "acquire", "ro-held", "--lease", "5m", NULL);
+  r = run(&c, 15000);
+  expect_code(&r, &c, 0);
+  assert_int_equal(chmod(db, 0444), 0);
+  assert_int_equal(chmod(dir, 0555), 0);
+  for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++) {
+    c = (cmdv){{NULL}, 0};
+    cv_addl(&c, RUNUSER, "-u", "nobody", "--", tfmt("%s/dblock", tu_tree()), "--url", url, "--table", TABLE,
+            reads[i][0], reads[i][1], NULL);
+    r = run(&c, 15000);
+    if (r.code != 0 || !strstr(r.out, reads[i][0][0] == 'd' ? "schema" : "ro-held"))
+      fail_msg("`%s` on a read-only file: exit %d, stdout '%s', stderr '%s'", cmdline(&c),
+               r.code, r.out, r.err);
+  }
+  c = (cmdv){{NULL}, 0};
+  cv_addl(&c, RUNUSER, "-u", "nobody", "--", tfmt("%s/dblock", tu_tree()), "--url", url, "--table", TABLE,
+          "acquire", "other", "--wait", "0", NULL);
+  r = run(&c, 15000);
+  print_message("write as nobody: exit %d: %s", r.code, r.err);
+  if (r.code == 0 || !strstr(r.err, db) || !strstr(r.err, tfmt("directory '%s'", dir)))
+    fail_msg("`%s` on a read-only file: exit %d, stderr '%s' (want a refusal naming the file "
+             "and its directory)",
+             cmdline(&c), r.code, r.err);
+  chmod(dir, 0755);
+  assert_int_equal(system(tfmt("rm -rf '%s'", dir)), 0);
+}
+
 /* dblock run exports DBLOCK_CHECK_SQL, the fence check for the command's
  * own transaction, with the name quoted for the backend: for a name with
  * a quote, a backslash and a space, the statement the command saw, run in
@@ -1222,6 +1273,7 @@ static const cli_test TESTS[] = {
     EACH(doctor, ALL),
     EACH(acquire_idiom, ALL),
     EACH(run_check_sql, ALL),
+    EACH(read_only_file, SQLITE),
     EACH(run_fair, ALL),
     ONCE(usage_unknown_command),
     ONCE(usage_unknown_option),

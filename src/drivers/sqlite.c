@@ -41,6 +41,11 @@ struct dbl_conn {
   char *side_path;  /* the holders side database, opened on first use */
   sqlite3 *side;
   int side_failed;  /* could not be opened: publication is off */
+  /* Read-only here: the file, or its directory (where WAL creates its
+   * -wal and -shm files), is not writable by this user. Reads work (list,
+   * status, doctor); a write fails naming both. */
+  int read_only;
+  char path[4096], dir[4096];
 };
 
 static int64_t wall_us(void) {
@@ -146,6 +151,11 @@ static int fail(dbl_conn *c, dbl_err *e) {
   int code = classify(ext, msg);
   char st[6];
   snprintf(st, sizeof st, "%s", "");
+  if ((ext & 0xff) == SQLITE_READONLY)
+    return dbl_err_set(e, code, st, ext,
+                       "sqlite database '%s' cannot be written by this user: the file or its "
+                       "directory '%s' is read-only (%s)",
+                       c->path, c->dir, msg);
   if (code == DBLOCK_ECONN) c->broken = 1;
   if (code == DBLOCK_ESCHEMA)
     return dbl_err_set(e, code, st, ext, "%s (run `dblock migrate`)", msg);
@@ -341,6 +351,37 @@ static void lite_close(dbl_conn *c) {
   free(c);
 }
 
+/* Sets c->dir to path's directory; 1 if this user may create files in
+ * it (WAL's -wal and -shm). */
+static int dir_writable(dbl_conn *c, const char *path) {
+  char *s;
+  snprintf(c->path, sizeof c->path, "%s", path);
+  snprintf(c->dir, sizeof c->dir, "%s", path);
+  if (!(s = strrchr(c->dir, '/'))) snprintf(c->dir, sizeof c->dir, ".");
+  else if (s == c->dir) s[1] = 0;
+  else *s = 0;
+  return access(c->dir, W_OK) == 0;
+}
+
+/* Opens path read-only and immutable (file: URI, path percent-encoded):
+ * how a WAL database is read where its -shm file cannot be made. */
+static int open_immutable(dbl_conn *c, const char *path) {
+  char uri[3 * sizeof c->path + 32];
+  size_t o = (size_t)snprintf(uri, sizeof uri, "file:");
+  for (const unsigned char *p = (const unsigned char *)path; *p && o + 4 < sizeof uri; p++) {
+    if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+        strchr("/._-~", *p))
+      uri[o++] = (char)*p;
+    else
+      o += (size_t)snprintf(uri + o, sizeof uri - o, "%%%02X", *p);
+  }
+  snprintf(uri + o, sizeof uri - o, "?immutable=1");
+  sqlite3_close_v2(c->db);
+  c->db = NULL;
+  return sqlite3_open_v2(uri, &c->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX,
+                         NULL);
+}
+
 static int lite_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
                         dbl_err *e) {
   static const char *const sync_modes[] = {"off", "normal", "full", "extra"};
@@ -382,12 +423,24 @@ static int lite_connect(dbl_conn **out, const dbl_url *u, int64_t timeout_ms,
     lite_close(c);
     return rc;
   }
+  /* (READWRITE opens a write-protected file read-only) */
+  c->read_only = !dir_writable(c, u->path) || sqlite3_db_readonly(c->db, "main") == 1;
+  if (c->read_only && access(c->dir, W_OK) != 0) {
+    char shm[sizeof c->path + 8];
+    snprintf(shm, sizeof shm, "%s-shm", u->path);
+    if (access(shm, F_OK) != 0 && open_immutable(c, u->path) != SQLITE_OK) {
+      rc = fail(c, e);
+      lite_close(c);
+      return rc;
+    }
+  }
   sqlite3_extended_result_codes(c->db, 1);
   c->lock_wait = 5000;
   sqlite3_busy_handler(c->db, on_busy, c);
-  /* sync is one of four fixed words, never caller text. */
-  snprintf(pragma, sizeof pragma, "PRAGMA journal_mode=WAL; PRAGMA synchronous=%s;",
-           sync);
+  /* sync is one of four fixed words, never caller text. A read-only file
+   * keeps the journal mode it has. */
+  snprintf(pragma, sizeof pragma, "%sPRAGMA synchronous=%s;",
+           c->read_only ? "" : "PRAGMA journal_mode=WAL; ", sync);
   if (sqlite3_create_function(c->db, "dblock_now_us", 0, SQLITE_UTF8, NULL,
                               fn_now_us, NULL, NULL) != SQLITE_OK ||
       sqlite3_create_function(c->db, "dblock_publish", 2, SQLITE_UTF8, c, fn_publish, NULL,
