@@ -534,13 +534,15 @@ int dblock_reap(dblock_client *client, int64_t grace_ms, int batch,
  * SQLSTATE DBL01 unless the name is held, by the server's clock at that
  * moment, by the grant with that fence, and holds the lock row until the
  * transaction ends, so no later grant of the name commits before the
- * write does (docs/fencing.md). */
+ * write does. Roll the whole transaction back on any error the check
+ * raises (docs/fenced-writes.md). */
 struct sqlite3;
 /* SQLite: registers the same function on the application's own connection
  * db, for the lock table table (NULL: dblock_locks) in the database
  * schema (NULL: "main"; ATTACH the lock file before registering, when it
- * is not db's main file). There it fails ("dblock_check (DBL01):
- * ...") unless called inside an explicit transaction, and it takes the
+ * is not db's main file). There the clock is this host's, errors read
+ * "dblock_check (DBL01): ...", it fails (DBL04) unless called inside an
+ * explicit transaction, and it takes the
  * file's write lock first, so no grant commits before that transaction
  * ends (set a busy timeout on db: a renewal may hold the lock a moment).
  * Returns 0, DBLOCK_EINVAL (db NULL, a schema or table that is not a

@@ -2063,6 +2063,7 @@ static pid_t fw_kids[FW_KIDS];
 /* What the writers count, in memory shared with the test. */
 typedef struct fw_counts {
   atomic_int accepted, refused, failed;
+  atomic_int lost; /* writes that found the value changed since they read it */
 } fw_counts;
 
 /* One writer, in a process of its own, until end_ms: acquire the name,
@@ -2077,7 +2078,7 @@ static void fw_writer(const char *name, int64_t end_ms, fw_counts *n, unsigned s
   char sql[512], code[6];
   while (tu_now_ms() < end_ms) {
     dblock_lock *l = NULL;
-    int64_t f;
+    int64_t f, seen;
     if (dblock_lock_acquire(&l, c, name, 3000, 0) != 0) continue;
     f = dblock_lock_fence(l);
     tu_sleep_ms(rand_r(&seed) % 50);
@@ -2093,20 +2094,31 @@ static void fw_writer(const char *name, int64_t end_ms, fw_counts *n, unsigned s
       dblock_lock_release(l);
       continue;
     }
+    /* read, pause (the nemesis may land here, inside the transaction),
+     * then write what was read + 1 only if nobody changed it meanwhile:
+     * last_fence tells whether this write took */
+    snprintf(sql, sizeof sql, "SELECT val FROM %s_res WHERE id = 1", cur.table);
+    if (tu_app_try_i64(app, sql, &seen) != 0) goto failed;
+    tu_sleep_ms(rand_r(&seed) % 20);
     snprintf(sql, sizeof sql,
-             "UPDATE %s_res SET prev = last_fence, last_fence = %lld WHERE id = 1", cur.table,
-             (long long)f);
+             "UPDATE %s_res SET val = val + 1, prev = last_fence, last_fence = %lld "
+             "WHERE id = 1 AND val = %lld",
+             cur.table, (long long)f, (long long)seen);
     if (tu_app_exec(app, sql, NULL, NULL) == 0) {
+      int64_t last = 0;
+      snprintf(sql, sizeof sql, "SELECT last_fence FROM %s_res WHERE id = 1", cur.table);
+      if (tu_app_try_i64(app, sql, &last) != 0) goto failed;
+      if (last != f) atomic_fetch_add(&n->lost, 1); /* (another wrote meanwhile) */
       snprintf(sql, sizeof sql,
                "INSERT INTO %s_hist (fence, prev) SELECT last_fence, prev FROM %s_res WHERE id = 1",
                cur.table, cur.table);
-      tu_sleep_ms(rand_r(&seed) % 20);
       if (tu_app_exec(app, sql, NULL, NULL) == 0 && tu_app_exec(app, "COMMIT", NULL, NULL) == 0) {
         atomic_fetch_add(&n->accepted, 1);
         dblock_lock_release(l);
         continue;
       }
     }
+  failed:
     atomic_fetch_add(&n->failed, 1);
     tu_app_exec(app, "ROLLBACK", NULL, NULL);
     dblock_lock_release(l);
@@ -2131,10 +2143,12 @@ static pid_t fw_spawn(const char *name, int64_t end_ms, fw_counts *n, unsigned s
  * 150-250 ms the one holding the name (by its pid in the lock row) is
  * SIGSTOPped for 1.5 s, four times in five (past its lease: its name is
  * taken over meanwhile, unless its open transaction holds the row), or
- * SIGKILLed and replaced. The resource's history must show every accepted
- * write's fence above the one before it in commit order (the resource
- * row serializes the writes): no write committed after a later grant's.
- * With DBLOCK_TEST_FENCED_NOCHECK=1 (no check) it does not. */
+ * SIGKILLed and replaced. Each write reads the value, pauses and writes
+ * it + 1 only if unchanged: no checked write may find it changed (a later
+ * grant's holder wrote between its read and its write), and the history
+ * must show every accepted write's fence above the one before it in
+ * commit order (the resource row serializes the writes). With
+ * DBLOCK_TEST_FENCED_NOCHECK=1 (no check) both fail. */
 static void test_fenced_writes_under_faults(void **s) {
   char name[128], sql[512];
   fw_counts *n;
@@ -2200,12 +2214,16 @@ static void test_fenced_writes_under_faults(void **s) {
   bad = tu_app_i64(app, sql);
   print_message("fenced writes %s/%s: %lld stops, %lld kills; %d accepted, %d refused by the "
                 "check, %d failed otherwise; %lld writes in the history, %lld out of fence "
-                "order\n",
+                "order, %d saw the value change under them\n",
                 cur.backend, dblock_strategy_name(cur.strategy), (long long)stops,
                 (long long)kills, atomic_load(&n->accepted), atomic_load(&n->refused),
-                atomic_load(&n->failed), (long long)rows, (long long)bad);
+                atomic_load(&n->failed), (long long)rows, (long long)bad, atomic_load(&n->lost));
   if (bad) fail_msg("%lld of %lld writes committed after a later grant's write", (long long)bad,
                     (long long)rows);
+  if (atomic_load(&n->lost))
+    fail_msg("%d checked writes found the value changed between their read and their write: "
+             "two holders wrote at once",
+             atomic_load(&n->lost));
   /* (a writer killed between its commit and its count adds a row) */
   assert_true(rows >= atomic_load(&n->accepted));
   assert_true(atomic_load(&n->accepted) >= 10);

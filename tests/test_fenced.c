@@ -70,7 +70,8 @@ static int begin_checked(tu_app *a, const char *name, const char *fence, int che
   char sql[512];
   app_must(a, "BEGIN");
   if (!check) return 0;
-  snprintf(sql, sizeof sql, "SELECT %s('%s', %s)", check_fn(), name, fence);
+  if (name) snprintf(sql, sizeof sql, "SELECT %s('%s', %s)", check_fn(), name, fence);
+  else snprintf(sql, sizeof sql, "SELECT %s(NULL, %s)", check_fn(), fence);
   if (tu_app_exec(a, sql, code, msg) == 0) return 0;
   app_must(a, "ROLLBACK");
   return -1;
@@ -208,7 +209,7 @@ static void test_bad_input(void **s) {
   typedef struct {
     const char *what, *name, *fence, *want;
   } bad_case;
-  bad_case cases[3];
+  bad_case cases[4];
   int n = 0;
   (void)s;
   a = cli(0);
@@ -221,11 +222,28 @@ static void test_bad_input(void **s) {
   snprintf(f, sizeof f, "%lld", (long long)dblock_lock_fence(lo));
   cases[n++] = (bad_case){"an unknown name", "no-such-lock", "1", "DBL01"};
   cases[n++] = (bad_case){"a NULL fence", name, "NULL", "22004"};
+  cases[n++] = (bad_case){"a NULL name", NULL, "1", "22004"};
   cases[n++] = (bad_case){"another grant's fence", name, f, "DBL01"};
   for (int i = 0; i < n; i++) {
     assert_int_equal(begin_checked(app, cases[i].name, cases[i].fence, 1, code, msg), -1);
     print_message("%s: [%s] %s\n", cases[i].what, code, msg);
     assert_string_equal(code, cases[i].want);
+  }
+  /* outside a transaction nothing would hold the row until a write:
+   * refused (DBL04) where the server can tell; PostgreSQL cannot (a
+   * function there cannot see whether its statement is the whole
+   * transaction: docs/fenced-writes.md says so) */
+  {
+    char sql[512];
+    snprintf(sql, sizeof sql, "SELECT %s('%s', %lld)", check_fn(), name,
+             (long long)dblock_lock_fence(l));
+    if (is("postgres")) {
+      assert_int_equal(tu_app_exec(app, sql, code, msg), 0);
+    } else {
+      assert_int_equal(tu_app_exec(app, sql, code, msg), -1);
+      print_message("outside a transaction: [%s] %s\n", code, msg);
+      assert_string_equal(code, "DBL04");
+    }
   }
   /* a released lock */
   {

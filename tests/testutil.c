@@ -563,21 +563,30 @@ int tu_app_exec(tu_app *a, const char *sql, char code[6], char msg[512]) {
   return rc;
 }
 
-int64_t tu_app_i64(tu_app *a, const char *sql) {
-  int64_t v = 0;
+int tu_app_try_i64(tu_app *a, const char *sql, int64_t *out) {
+  int rc = -1;
   if (a->db) {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW)
-      fail_msg("%s: %s", sql, sqlite3_errmsg(a->db));
-    v = sqlite3_column_int64(st, 0);
+    if (sqlite3_prepare_v2(a->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+      *out = sqlite3_column_int64(st, 0);
+      rc = 0;
+    }
     sqlite3_finalize(st);
   } else {
     dbl_err e;
     dbl_res r;
     memset(&e, 0, sizeof e);
-    if (a->d->query(a->c, sql, NULL, 0, &r, &e) != 0) fail_msg("%s: %s", sql, e.msg);
-    v = dbl_res_i64(&r, 0, 0);
-    dbl_res_clear(&r);
+    if (a->d->query(a->c, sql, NULL, 0, &r, &e) == 0) {
+      *out = dbl_res_i64(&r, 0, 0);
+      dbl_res_clear(&r);
+      rc = 0;
+    }
   }
+  return rc;
+}
+
+int64_t tu_app_i64(tu_app *a, const char *sql) {
+  int64_t v = 0;
+  if (tu_app_try_i64(a, sql, &v) != 0) fail_msg("%s: failed", sql);
   return v;
 }

@@ -182,5 +182,7 @@ void tu_app_close(tu_app *a);
 int tu_app_exec(tu_app *a, const char *sql, char code[6], char msg[512]);
 /* The first value of a one-row query (fails the test on an error). */
 int64_t tu_app_i64(tu_app *a, const char *sql);
+/* The same without failing the test (for a forked child): 0, or -1. */
+int tu_app_try_i64(tu_app *a, const char *sql, int64_t *out);
 
 #endif

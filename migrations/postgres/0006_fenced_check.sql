@@ -7,9 +7,11 @@
 -- held until the caller's transaction ends: no later grant of the name
 -- (a takeover, a force-unlock, the reaper's delete) can commit before the
 -- caller's writes do, and the holder's own renewal waits for them too.
--- A for_update lock is refused (DBL02): its holder's session holds the
--- row, so the shared lock would wait for the holder itself. NULL
--- arguments: 22004. SECURITY DEFINER with a fixed search_path: a caller
+-- A for_update lock (or any strategy but insert and optimistic) is
+-- refused (DBL02): its holder's session holds the row, so the shared lock
+-- would wait for the holder itself. NULL arguments: 22004. Call it inside
+-- the transaction that writes, and roll that transaction back on any
+-- error it raises (a savepoint around it undoes the row lock too). SECURITY DEFINER with a fixed search_path: a caller
 -- needs EXECUTE only, which PUBLIC does not have (GRANT it to the
 -- application's role). The name is a bound value: no dynamic SQL.
 CREATE OR REPLACE FUNCTION ${schema}.${check}(lock_name text, lock_fence bigint)
@@ -30,7 +32,7 @@ BEGIN
   -- (a plain read first: a shared lock on a held for_update row would
   -- wait for its holder)
   SELECT l.strategy INTO s FROM ${schema}.${table} l WHERE l.name = lock_name AND l.name <> '';
-  IF s = 'for_update' THEN
+  IF s NOT IN ('insert', 'optimistic') THEN
     RAISE EXCEPTION 'dblock_check: lock "%" is a for_update lock, whose holder''s own session holds its row: take it with the insert or optimistic strategy for fenced writes', lock_name
       USING ERRCODE = 'DBL02';
   END IF;
@@ -39,16 +41,16 @@ BEGIN
   IF NOT FOUND THEN
     RAISE EXCEPTION 'dblock_check: lock "%" does not exist: fence % holds nothing', lock_name, lock_fence
       USING ERRCODE = 'DBL01';
-  ELSIF s = 'for_update' THEN
-    RAISE EXCEPTION 'dblock_check: lock "%" is a for_update lock: take it with the insert or optimistic strategy for fenced writes', lock_name
+  ELSIF s NOT IN ('insert', 'optimistic') THEN
+    RAISE EXCEPTION 'dblock_check: lock "%" is a % lock: take it with the insert or optimistic strategy for fenced writes', lock_name, s
       USING ERRCODE = 'DBL02';
   ELSIF st <> 1 THEN
     RAISE EXCEPTION 'dblock_check: lock "%" is not held (released, force-unlocked or reaped): fence % is stale', lock_name, lock_fence
       USING ERRCODE = 'DBL01';
   ELSIF f <> lock_fence THEN
-    RAISE EXCEPTION 'dblock_check: lock "%" is held by the grant with fence %, not %', lock_name, f, lock_fence
+    RAISE EXCEPTION 'dblock_check: lock "%" is held by another grant, not by fence %', lock_name, lock_fence
       USING ERRCODE = 'DBL01';
-  ELSIF ends <= clock_timestamp() THEN
+  ELSIF ends IS NULL OR ends <= clock_timestamp() THEN
     RAISE EXCEPTION 'dblock_check: the lease of lock "%" (fence %) ended at %', lock_name, f, ends
       USING ERRCODE = 'DBL01';
   END IF;

@@ -605,11 +605,11 @@ static void fn_check(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   if (rc == SQLITE_ROW) snprintf(kind, sizeof kind, "%s", (const char *)sqlite3_column_text(st, 0));
   sqlite3_finalize(st);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE) return sqlite3_result_error_code(ctx, rc);
-  if (strcmp(kind, "for_update") == 0)
+  if (kind[0] && strcmp(kind, "insert") != 0 && strcmp(kind, "optimistic") != 0)
     return check_fail(ctx, "DBL02",
-                      "lock \"%s\" is a for_update lock, whose holder holds the file's write "
-                      "lock: take it with the insert or optimistic strategy for fenced writes",
-                      name);
+                      "lock \"%s\" is a %s lock, whose holder holds the file's write lock: "
+                      "take it with the insert or optimistic strategy for fenced writes",
+                      name, kind);
   rc = check_step(db, k->claim_sql, NULL, &st);
   sqlite3_finalize(st);
   if (rc != SQLITE_DONE) {
@@ -628,21 +628,22 @@ static void fn_check(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
   snprintf(kind, sizeof kind, "%s", (const char *)sqlite3_column_text(st, 0));
   state = sqlite3_column_int(st, 1);
   row_fence = sqlite3_column_int64(st, 2);
-  ends = sqlite3_column_int64(st, 3);
+  /* (no expiry: never taken as a live lease) */
+  ends = sqlite3_column_type(st, 3) == SQLITE_NULL ? 0 : sqlite3_column_int64(st, 3);
   sqlite3_finalize(st);
-  if (strcmp(kind, "for_update") == 0)
+  if (strcmp(kind, "insert") != 0 && strcmp(kind, "optimistic") != 0)
     return check_fail(ctx, "DBL02",
-                      "lock \"%s\" is a for_update lock: take it with the insert or optimistic "
+                      "lock \"%s\" is a %s lock: take it with the insert or optimistic "
                       "strategy for fenced writes",
-                      name);
+                      name, kind);
   if (state != 1)
     return check_fail(ctx, "DBL01",
                       "lock \"%s\" is not held (released, force-unlocked or reaped): fence "
                       "%lld is stale",
                       name, (long long)fence);
   if (row_fence != fence)
-    return check_fail(ctx, "DBL01", "lock \"%s\" is held by the grant with fence %lld, not %lld",
-                      name, (long long)row_fence, (long long)fence);
+    return check_fail(ctx, "DBL01", "lock \"%s\" is held by another grant, not by fence %lld",
+                      name, (long long)fence);
   if (ends <= wall_us())
     return check_fail(ctx, "DBL01", "the lease of lock \"%s\" (fence %lld) ended %lld ms ago",
                       name, (long long)fence, (long long)((wall_us() - ends) / 1000));

@@ -48,29 +48,37 @@ static int min_hold(const args *a, dblock_client *cl, dblock_lock *l, const char
 
 
 /* DBLOCK_CHECK_SQL: the statement that checks this grant's fence in the
- * command's own transaction (docs/fenced-writes.md), with the name
- * quoted for the backend: doubled quotes on PostgreSQL (standard strings)
- * and SQLite; a hex literal on MariaDB, whose quoting depends on its
- * sql_mode (backslashes) while X'..' does not. NULL: out of memory. */
+ * command's own transaction (docs/fenced-writes.md), with the name in a
+ * form no server setting can misread: hex bytes on PostgreSQL (through
+ * decode: standard_conforming_strings off would make a backslash in a
+ * quoted name an escape) and MariaDB (X'..': its quoting depends on
+ * sql_mode), doubled quotes on SQLite (which has no escapes). On
+ * PostgreSQL the function is schema-qualified (dblock's schema is public):
+ * no search_path can swap it. NULL: out of memory. */
 static char *check_sql(const dblock_client *cl, const char *table, const char *name,
                        int64_t fence) {
-  size_t n = strlen(name), cap = 2 * n + 128 + 64, o;
+  const char *be = dblock_client_backend(cl);
+  size_t n = strlen(name), cap = 2 * n + 192, o;
   char *s = malloc(cap), fn[64];
   if (!s) return NULL;
   if (!table || strcmp(table, "dblock_locks") == 0) snprintf(fn, sizeof fn, "dblock_check");
   else snprintf(fn, sizeof fn, "%s_check", table);
-  o = (size_t)snprintf(s, cap, "DBLOCK_CHECK_SQL=SELECT %s(", fn);
-  if (strcmp(dblock_client_backend(cl), "mysql") == 0) {
-    o += (size_t)snprintf(s + o, cap - o, "X'");
+  if (strcmp(be, "postgres") == 0) {
+    o = (size_t)snprintf(s, cap, "DBLOCK_CHECK_SQL=SELECT public.%s(convert_from(decode('", fn);
     for (size_t i = 0; i < n; i++) o += (size_t)snprintf(s + o, cap - o, "%02x", (unsigned char)name[i]);
+    snprintf(s + o, cap - o, "', 'hex'), 'UTF8'), %lld)", (long long)fence);
+  } else if (strcmp(be, "mysql") == 0) {
+    o = (size_t)snprintf(s, cap, "DBLOCK_CHECK_SQL=SELECT %s(X'", fn);
+    for (size_t i = 0; i < n; i++) o += (size_t)snprintf(s + o, cap - o, "%02x", (unsigned char)name[i]);
+    snprintf(s + o, cap - o, "', %lld)", (long long)fence);
   } else {
-    s[o++] = '\'';
+    o = (size_t)snprintf(s, cap, "DBLOCK_CHECK_SQL=SELECT %s('", fn);
     for (size_t i = 0; i < n; i++) {
       if (name[i] == '\'') s[o++] = '\'';
       s[o++] = name[i];
     }
+    snprintf(s + o, cap - o, "', %lld)", (long long)fence);
   }
-  snprintf(s + o, cap - o, "', %lld)", (long long)fence);
   return s;
 }
 

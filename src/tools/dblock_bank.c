@@ -81,10 +81,11 @@ static int withdraw(const char *url, int strategy, long long amount, int think_m
   if (bal < amount) rc = W_REFUSED;
   /* (leased locks fence their write; a for_update holder's own
    * transaction holds the lock row, and dblock_check refuses it) */
-  else if (acct_write(&a, bal - amount, lock_name(strategy),
-                      l && strategy != DBLOCK_STRATEGY_FOR_UPDATE ? dblock_lock_fence(l) : 0) == 0)
-    rc = W_DONE;
-  else rc = W_STALE;
+  else {
+    int w = acct_write(&a, bal - amount, lock_name(strategy),
+                       l && strategy != DBLOCK_STRATEGY_FOR_UPDATE ? dblock_lock_fence(l) : 0);
+    rc = w == 0 ? W_DONE : w == 1 ? W_STALE : W_ERROR;
+  }
 out:
   if (l && dblock_lock_release(l) != 0 && rc == W_DONE) rc = W_ERROR;
   dblock_client_free(c);
