@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -144,6 +145,33 @@ static inline dblock_client *cli_queue_on(const char *url, int64_t backoff_ms) {
   o.strategy = cur.strategy;
   o.backoff_min_ms = o.backoff_max_ms = backoff_ms;
   return tu_open_opts(url, &o);
+}
+
+/* Runs run(pair) for each backend x strategy pair the environment asks
+ * for (DBLOCK_TEST_BACKEND, DBLOCK_TEST_PAIR=backend/strategy; and
+ * DBLOCK_TEST_FILTER for the tests), with cur set — its table tables[k]
+ * for insert, for_update, optimistic — and pair "backend/strategy", for
+ * run's group names; returns the sum of run's failures. */
+static inline int pairs_run(const char *const tables[3], int (*run)(const char *pair)) {
+  static const dblock_strategy strategies[] = {
+      DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE, DBLOCK_STRATEGY_OPTIMISTIC};
+  int n, failed = 0;
+  const tu_backend *b = tu_backends(&n);
+  const char *only = getenv("DBLOCK_TEST_PAIR"); /* e.g. "postgres/insert" */
+  /* DBLOCK_TEST_FILTER=pattern runs only the matching tests (e.g. "*stall*"). */
+  if (getenv("DBLOCK_TEST_FILTER")) cmocka_set_test_filter(getenv("DBLOCK_TEST_FILTER"));
+  for (int i = 0; i < n; i++)
+    for (size_t k = 0; k < 3; k++) {
+      char pair[64];
+      snprintf(pair, sizeof pair, "%s/%s", b[i].name, dblock_strategy_name(strategies[k]));
+      if (!tu_backend_wanted(b[i].name) || (only && strcmp(only, pair) != 0)) continue;
+      cur.backend = b[i].name;
+      cur.url = b[i].url;
+      cur.strategy = strategies[k];
+      cur.table = tables[k];
+      failed += run(pair);
+    }
+  return failed;
 }
 
 /* The waiter the library chose for the pair (src/core/wait.h): "server"

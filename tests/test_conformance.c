@@ -1685,64 +1685,52 @@ static void test_release_is_not_flushed(void **s) {
 }
 
 
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_exclusion),
+    cmocka_unit_test(test_expiry_by_server_time),
+    cmocka_unit_test(test_reentrancy),
+    cmocka_unit_test(test_non_reentrant_errors_at_once),
+    cmocka_unit_test(test_owner_checked_release),
+    cmocka_unit_test(test_fence_increasing),
+    cmocka_unit_test(test_fence_after_reap),
+    cmocka_unit_test(test_no_epoch_row_fails_closed),
+    cmocka_unit_test(test_waiter_after_row_deleted),
+    cmocka_unit_test(test_holder_killed),
+    cmocka_unit_test(test_try_timed_blocking),
+    cmocka_unit_test(test_cancel),
+    cmocka_unit_test(test_callback_calls),
+    cmocka_unit_test(test_reentrant_keeps_lease),
+    cmocka_unit_test(test_reentrant_after_takeover),
+    cmocka_unit_test(test_watchdog_keeps_lock),
+    cmocka_unit_test(test_lost_callback_on_force_unlock),
+    cmocka_unit_test(test_lost_after_expiry_takeover),
+    cmocka_unit_test(test_explicit_lease_told_on_time),
+    cmocka_unit_test(test_lost_while_watchdog_stopped),
+    cmocka_unit_test(test_client_free_tells_losses),
+    cmocka_unit_test(test_lost_release_fires_callback),
+    cmocka_unit_test(test_introspection),
+    cmocka_unit_test(test_fence_floor_from_row),
+    cmocka_unit_test(test_force_unlock_frees_and_bumps),
+    cmocka_unit_test(test_mixing_strategies),
+    cmocka_unit_test(test_forget_hands_over),
+    cmocka_unit_test(test_release_waits_out_a_writer),
+    cmocka_unit_test(test_reacquire_during_last_release),
+    cmocka_unit_test(test_round_trips),
+    cmocka_unit_test(test_try_after_row_deleted),
+    cmocka_unit_test(test_hostile_names),
+    cmocka_unit_test(test_release_wakes_waiter),
+    cmocka_unit_test(test_regrant_after_force_unlock),
+    cmocka_unit_test(test_for_update_grant_is_not_flushed),
+    cmocka_unit_test(test_release_is_not_flushed),
+};
+
+static int run_pair(const char *pair) {
+  char group[96];
+  snprintf(group, sizeof group, "conformance/%s", pair);
+  return cmocka_run_group_tests_name(group, tests, group_setup, NULL);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_exclusion),
-      cmocka_unit_test(test_expiry_by_server_time),
-      cmocka_unit_test(test_reentrancy),
-      cmocka_unit_test(test_non_reentrant_errors_at_once),
-      cmocka_unit_test(test_owner_checked_release),
-      cmocka_unit_test(test_fence_increasing),
-      cmocka_unit_test(test_fence_after_reap),
-      cmocka_unit_test(test_no_epoch_row_fails_closed),
-      cmocka_unit_test(test_waiter_after_row_deleted),
-      cmocka_unit_test(test_holder_killed),
-      cmocka_unit_test(test_try_timed_blocking),
-      cmocka_unit_test(test_cancel),
-      cmocka_unit_test(test_callback_calls),
-      cmocka_unit_test(test_reentrant_keeps_lease),
-      cmocka_unit_test(test_reentrant_after_takeover),
-      cmocka_unit_test(test_watchdog_keeps_lock),
-      cmocka_unit_test(test_lost_callback_on_force_unlock),
-      cmocka_unit_test(test_lost_after_expiry_takeover),
-      cmocka_unit_test(test_explicit_lease_told_on_time),
-      cmocka_unit_test(test_lost_while_watchdog_stopped),
-      cmocka_unit_test(test_client_free_tells_losses),
-      cmocka_unit_test(test_lost_release_fires_callback),
-      cmocka_unit_test(test_introspection),
-      cmocka_unit_test(test_fence_floor_from_row),
-      cmocka_unit_test(test_force_unlock_frees_and_bumps),
-      cmocka_unit_test(test_mixing_strategies),
-      cmocka_unit_test(test_forget_hands_over),
-      cmocka_unit_test(test_release_waits_out_a_writer),
-      cmocka_unit_test(test_reacquire_during_last_release),
-      cmocka_unit_test(test_round_trips),
-      cmocka_unit_test(test_try_after_row_deleted),
-      cmocka_unit_test(test_hostile_names),
-      cmocka_unit_test(test_release_wakes_waiter),
-      cmocka_unit_test(test_regrant_after_force_unlock),
-      cmocka_unit_test(test_for_update_grant_is_not_flushed),
-      cmocka_unit_test(test_release_is_not_flushed),
-  };
-  static const dblock_strategy strategies[] = {
-      DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE, DBLOCK_STRATEGY_OPTIMISTIC};
-  int n, failed = 0;
-  const tu_backend *b = tu_backends(&n);
-  const char *only = getenv("DBLOCK_TEST_PAIR"); /* e.g. "postgres/insert" */
-  /* DBLOCK_TEST_FILTER=pattern runs only the matching tests (e.g. "*stall*"). */
-  if (getenv("DBLOCK_TEST_FILTER")) cmocka_set_test_filter(getenv("DBLOCK_TEST_FILTER"));
-  for (int i = 0; i < n; i++)
-    for (size_t k = 0; k < 3; k++) {
-      char group[64];
-      snprintf(group, sizeof group, "conformance/%s/%s", b[i].name,
-               dblock_strategy_name(strategies[k]));
-      if (only && strcmp(only, group + strlen("conformance/")) != 0) continue;
-      if (!tu_backend_wanted(b[i].name)) continue;
-      cur.backend = b[i].name;
-      cur.url = b[i].url;
-      cur.strategy = strategies[k];
-      cur.table = k == 0 ? "conf_insert" : k == 1 ? "conf_for_update" : "conf_optimistic";
-      failed += cmocka_run_group_tests_name(group, tests, group_setup, NULL);
-    }
-  return failed ? 1 : 0;
+  static const char *const tables[3] = {"conf_insert", "conf_for_update", "conf_optimistic"};
+  return pairs_run(tables, run_pair) ? 1 : 0;
 }

@@ -368,38 +368,31 @@ static void test_execute_is_enough(void **s) {
                                : "DROP USER 'fx_exec'@'127.0.0.1'");
 }
 
+static const struct CMUnitTest leased_tests[] = {
+    cmocka_unit_test(test_stale_write_refused),
+    cmocka_unit_test(test_check_holds_row),
+    cmocka_unit_test(test_bad_input),
+};
+/* (the servers' privileges: PostgreSQL and MariaDB, one leased pair) */
+static const struct CMUnitTest privilege_tests[] = {
+    cmocka_unit_test(test_execute_is_enough),
+};
+static const struct CMUnitTest for_update_tests[] = {
+    cmocka_unit_test(test_for_update_refused),
+};
+
+static int run_pair(const char *pair) {
+  char group[96];
+  int failed = 0;
+  snprintf(group, sizeof group, "fenced/%s", pair);
+  if (leased()) failed += cmocka_run_group_tests_name(group, leased_tests, group_setup, NULL);
+  else failed += cmocka_run_group_tests_name(group, for_update_tests, group_setup, NULL);
+  if (cur.strategy == DBLOCK_STRATEGY_INSERT && !is("sqlite"))
+    failed += cmocka_run_group_tests_name(group, privilege_tests, NULL, NULL);
+  return failed;
+}
+
 int main(void) {
-  const struct CMUnitTest leased_tests[] = {
-      cmocka_unit_test(test_stale_write_refused),
-      cmocka_unit_test(test_check_holds_row),
-      cmocka_unit_test(test_bad_input),
-  };
-  /* (the servers' privileges: PostgreSQL and MariaDB, one leased pair) */
-  const struct CMUnitTest privilege_tests[] = {
-      cmocka_unit_test(test_execute_is_enough),
-  };
-  const struct CMUnitTest for_update_tests[] = {
-      cmocka_unit_test(test_for_update_refused),
-  };
-  static const dblock_strategy strategies[] = {
-      DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE, DBLOCK_STRATEGY_OPTIMISTIC};
-  int n, failed = 0;
-  const tu_backend *b = tu_backends(&n);
-  if (getenv("DBLOCK_TEST_FILTER")) cmocka_set_test_filter(getenv("DBLOCK_TEST_FILTER"));
-  for (int i = 0; i < n; i++)
-    for (size_t k = 0; k < 3; k++) {
-      char group[96];
-      if (!tu_backend_wanted(b[i].name)) continue;
-      cur.backend = b[i].name;
-      cur.url = b[i].url;
-      cur.strategy = strategies[k];
-      cur.table = k == 0 ? "fx_insert" : k == 1 ? "fx_for_update" : "fx_optimistic";
-      snprintf(group, sizeof group, "fenced/%s/%s", b[i].name,
-               dblock_strategy_name(strategies[k]));
-      if (leased()) failed += cmocka_run_group_tests_name(group, leased_tests, group_setup, NULL);
-      else failed += cmocka_run_group_tests_name(group, for_update_tests, group_setup, NULL);
-      if (cur.strategy == DBLOCK_STRATEGY_INSERT && !is("sqlite"))
-        failed += cmocka_run_group_tests_name(group, privilege_tests, NULL, NULL);
-    }
-  return failed ? 1 : 0;
+  static const char *const tables[3] = {"fx_insert", "fx_for_update", "fx_optimistic"};
+  return pairs_run(tables, run_pair) ? 1 : 0;
 }

@@ -260,6 +260,22 @@ static void test_galera_optimistic_race(void **st) {
   galera_race(DBLOCK_STRATEGY_OPTIMISTIC);
 }
 
+/* The fenced-write check on url (table's function) for name's grant l
+ * fails with SQLSTATE want, inside a transaction, and passes nothing. */
+static void check_refused(const char *url, const char *table, const char *name, dblock_lock *l,
+                          const char *want) {
+  tu_app *app = tu_app_open(url, table);
+  char sql[256], code[6], msg[512];
+  snprintf(sql, sizeof sql, "SELECT %s_check('%s', %lld)", table, name,
+           (long long)dblock_lock_fence(l));
+  assert_int_equal(tu_app_exec(app, "BEGIN", NULL, NULL), 0);
+  assert_int_equal(tu_app_exec(app, sql, code, msg), -1);
+  print_message("check on %s: [%s] %s\n", url, code, msg);
+  assert_string_equal(code, want);
+  tu_app_exec(app, "ROLLBACK", NULL, NULL);
+  tu_app_close(app);
+}
+
 /* Fenced writes are refused on Galera (docs/fenced-writes.md): a shared
  * lock is local to its node and a read does not certify, so a takeover on
  * another node would not wait for the checking transaction. The check
@@ -267,18 +283,10 @@ static void test_galera_optimistic_race(void **st) {
 static void test_galera_check_refused(void **st) {
   dblock_client *c = tu_open(galera_url(1), DBLOCK_STRATEGY_INSERT, "topo_gm", 0);
   dblock_lock *l;
-  tu_app *app = tu_app_open(galera_url(2), "topo_gm");
-  char sql[256], code[6], msg[512];
   (void)st;
   tu_migrate(c);
   l = tu_acquire(c, "fenced", 0, 0);
-  snprintf(sql, sizeof sql, "SELECT topo_gm_check('fenced', %lld)", (long long)dblock_lock_fence(l));
-  assert_int_equal(tu_app_exec(app, "BEGIN", NULL, NULL), 0);
-  assert_int_equal(tu_app_exec(app, sql, code, msg), -1);
-  print_message("galera check: [%s] %s\n", code, msg);
-  assert_string_equal(code, "DBL03");
-  tu_app_exec(app, "ROLLBACK", NULL, NULL);
-  tu_app_close(app);
+  check_refused(galera_url(2), "topo_gm", "fenced", l, "DBL03");
   assert_int_equal(dblock_lock_release(l), 0);
   dblock_client_free(c);
 }
@@ -423,19 +431,9 @@ static void test_pg_standby_refused(void **st) {
     assert_int_equal(dblock_lock_acquire(&x, ro, "other", 0, 0), DBLOCK_EPERM);
   }
   dblock_client_free(ro);
-  {
-    /* A fenced write's check on the standby fails (a shared row lock is a
-     * write there), never passes. */
-    tu_app *app = tu_app_open(pg_url("standby"), "topo_p");
-    char sql[256], code[6], msg[512];
-    snprintf(sql, sizeof sql, "SELECT topo_p_check('held', %lld)", (long long)dblock_lock_fence(l));
-    assert_int_equal(tu_app_exec(app, "BEGIN", NULL, NULL), 0);
-    assert_int_equal(tu_app_exec(app, sql, code, msg), -1);
-    print_message("check on the standby: [%s] %s\n", code, msg);
-    assert_string_equal(code, "25006");
-    tu_app_exec(app, "ROLLBACK", NULL, NULL);
-    tu_app_close(app);
-  }
+  /* A fenced write's check on the standby fails (a shared row lock is a
+   * write there), never passes. */
+  check_refused(pg_url("standby"), "topo_p", "held", l, "25006");
   assert_int_equal(dblock_lock_release(l), 0);
   dblock_client_free(c);
   assert_true(doctor_says(pg_url("standby"), DBLOCK_STRATEGY_INSERT, "topology",

@@ -464,61 +464,51 @@ static void test_board_refuses_symlink(void **s) {
   assert_int_equal(system(url), 0);
 }
 
+/* every waiter: the hand-off round (ordered where the waiter promises
+ * order, else every waiter granted) */
+static const struct CMUnitTest queue_tests[] = {
+    cmocka_unit_test(test_release_hands_off_in_order),
+    cmocka_unit_test(test_fair_mode),
+    cmocka_unit_test(test_stalled_listener_falls_back_to_polling),
+};
+/* (insert's attempt looks at the row first: an optimistic poll is an
+ * UPDATE whose WHERE refuses a held row before locking it) */
+static const struct CMUnitTest queue_insert_tests[] = {
+    cmocka_unit_test(test_head_waiter_polls_lock_nothing),
+    cmocka_unit_test(test_busy_try_locks_nothing),
+};
+static const struct CMUnitTest board_tests[] = {
+    cmocka_unit_test(test_release_hands_off_in_order),
+    cmocka_unit_test(test_board_hand_off_outlasts_hold),
+    cmocka_unit_test(test_board_timed_wait_behind_hold),
+    cmocka_unit_test(test_board_refuses_symlink),
+    cmocka_unit_test(test_fair_refused),
+};
+/* poll (MariaDB's leased strategies) and server (for_update) */
+static const struct CMUnitTest other_tests[] = {
+    cmocka_unit_test(test_release_hands_off_in_order),
+    cmocka_unit_test(test_fair_refused),
+};
+
+/* The pair's waiter's tests, in group waiters/<waiter>/<backend>/<strategy>. */
+static int run_pair(const char *pair) {
+  char group[96];
+  const char *wt = pair_waiter();
+  int failed = 0;
+  snprintf(group, sizeof group, "waiters/%s/%s", wt, pair);
+  if (strcmp(wt, "queue") == 0) {
+    failed += cmocka_run_group_tests_name(group, queue_tests, group_setup, NULL);
+    if (cur.strategy == DBLOCK_STRATEGY_INSERT)
+      failed += cmocka_run_group_tests_name(group, queue_insert_tests, group_setup, NULL);
+  } else if (strcmp(wt, "board") == 0) {
+    failed += cmocka_run_group_tests_name(group, board_tests, group_setup, NULL);
+  } else {
+    failed += cmocka_run_group_tests_name(group, other_tests, group_setup, NULL);
+  }
+  return failed;
+}
+
 int main(void) {
-  /* every waiter: the hand-off round (ordered where the waiter promises
-   * order, else every waiter granted) */
-  const struct CMUnitTest queue_tests[] = {
-      cmocka_unit_test(test_release_hands_off_in_order),
-      cmocka_unit_test(test_fair_mode),
-      cmocka_unit_test(test_stalled_listener_falls_back_to_polling),
-  };
-  /* (insert's attempt looks at the row first: an optimistic poll is an
-   * UPDATE whose WHERE refuses a held row before locking it) */
-  const struct CMUnitTest queue_insert_tests[] = {
-      cmocka_unit_test(test_head_waiter_polls_lock_nothing),
-      cmocka_unit_test(test_busy_try_locks_nothing),
-  };
-  const struct CMUnitTest board_tests[] = {
-      cmocka_unit_test(test_release_hands_off_in_order),
-      cmocka_unit_test(test_board_hand_off_outlasts_hold),
-      cmocka_unit_test(test_board_timed_wait_behind_hold),
-      cmocka_unit_test(test_board_refuses_symlink),
-      cmocka_unit_test(test_fair_refused),
-  };
-  /* poll (MariaDB's leased strategies) and server (for_update) */
-  const struct CMUnitTest other_tests[] = {
-      cmocka_unit_test(test_release_hands_off_in_order),
-      cmocka_unit_test(test_fair_refused),
-  };
-  static const dblock_strategy strategies[] = {
-      DBLOCK_STRATEGY_INSERT, DBLOCK_STRATEGY_FOR_UPDATE, DBLOCK_STRATEGY_OPTIMISTIC};
-  int n, failed = 0;
-  const tu_backend *b = tu_backends(&n);
-  const char *only = getenv("DBLOCK_TEST_PAIR"); /* e.g. "postgres/insert" */
-  if (getenv("DBLOCK_TEST_FILTER")) cmocka_set_test_filter(getenv("DBLOCK_TEST_FILTER"));
-  for (int i = 0; i < n; i++)
-    for (size_t k = 0; k < 3; k++) {
-      char group[96];
-      const char *wt;
-      if (!tu_backend_wanted(b[i].name)) continue;
-      cur.backend = b[i].name;
-      cur.url = b[i].url;
-      cur.strategy = strategies[k];
-      cur.table = k == 0 ? "wt_insert" : k == 1 ? "wt_for_update" : "wt_optimistic";
-      wt = pair_waiter();
-      snprintf(group, sizeof group, "waiters/%s/%s/%s", wt, b[i].name,
-               dblock_strategy_name(strategies[k]));
-      if (only && strcmp(only, group + strlen("waiters/") + strlen(wt) + 1) != 0) continue;
-#define RUN(t) cmocka_run_group_tests_name(group, t, group_setup, NULL)
-      if (strcmp(wt, "queue") == 0) {
-        failed += RUN(queue_tests);
-        if (cur.strategy == DBLOCK_STRATEGY_INSERT) failed += RUN(queue_insert_tests);
-      } else if (strcmp(wt, "board") == 0) {
-        failed += RUN(board_tests);
-      } else {
-        failed += RUN(other_tests);
-      }
-#undef RUN
-    }
-  return failed ? 1 : 0;
+  static const char *const tables[3] = {"wt_insert", "wt_for_update", "wt_optimistic"};
+  return pairs_run(tables, run_pair) ? 1 : 0;
 }
