@@ -167,18 +167,45 @@ galera_start() { # N [--wsrep-new-cluster]
     printf '%s\n' "$!" >"$TMP/g$n.launched"
 }
 galera_admin() { printf 'mariadb --no-defaults --socket=%s -uroot' "$TMP/g$1/my.sock"; }
-galera_synced() { # N: wait until the node is Synced
+galera_synced() { # N: wait until the node is Synced (status 1 if it never is)
     local n=$1 s=""
     for _ in $(seq 600); do
         s=$($(galera_admin "$n") -N -e "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2 || true)
         [ "$s" = Synced ] && return 0
         sleep 0.1
     done
+    return 1
+}
+# Waits until node N (started by galera_start N ARGS) is Synced. A port
+# picked free may be taken by another process before the node binds it
+# (seen once: "Bind on TCP/IP port ... Address already in use" at node 1's
+# start in a make check run): then the node gets new ports and another
+# start, twice at most. Any other failure ends the script.
+galera_up() { # N [--wsrep-new-cluster]
+    local n=$1 try pid
+    for try in 1 2 3; do
+        galera_synced "$n" && return 0
+        grep -q "Address already in use" "$TMP/g$n/my.err" 2>/dev/null || break
+        [ "$try" = 3 ] && break
+        log "galera node $n: a port was taken before it bound it; new ports, start $((try + 1))"
+        pid=$(cat "$TMP/g$n.launched" 2>/dev/null || true)
+        if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
+        for _ in $(seq 50); do
+            { [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; } || break
+            sleep 0.1
+        done
+        SQLP[$n]=$(port); GCP[$n]=$(port); ISTP[$n]=$(port); SSTP[$n]=$(port)
+        CLUSTER="gcomm://127.0.0.1:${GCP[1]},127.0.0.1:${GCP[2]},127.0.0.1:${GCP[3]}"
+        # (a bootstrap node that died is marked unsafe to bootstrap again)
+        sed -i 's/^safe_to_bootstrap: 0/safe_to_bootstrap: 1/' "$TMP/g$n/data/grastate.dat" 2>/dev/null || true
+        : >"$TMP/g$n/my.err"
+        galera_start "$@"
+    done
     tail -n 30 "$TMP/g$n/my.err" >&2 || true
     die "galera node $n did not sync"
 }
 galera_start 1 --wsrep-new-cluster
-galera_synced 1
+galera_up 1 --wsrep-new-cluster
 $(galera_admin 1) >"$TMP/g_setup.log" 2>&1 <<EOF || { cat "$TMP/g_setup.log" >&2; die "galera setup failed"; }
 CREATE DATABASE dblock;
 CREATE USER 'dblock'@'127.0.0.1' IDENTIFIED BY '$PW';
@@ -186,8 +213,8 @@ GRANT ALL ON dblock.* TO 'dblock'@'127.0.0.1';
 EOF
 galera_start 2
 galera_start 3
-galera_synced 2
-galera_synced 3
+galera_up 2
+galera_up 3
 
 export DBLOCK_TOPO_PW=$PW
 export DBLOCK_TOPO_PG_PRIMARY_PORT=$PGP_PORT DBLOCK_TOPO_PG_STANDBY_PORT=$PGS_PORT
