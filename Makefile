@@ -159,7 +159,7 @@ TEST_CFLAGS := $(PROG_CFLAGS) -Isrc -Itests
 $(B)/test_%: tests/test_%.c tests/testutil.h tests/testutil.c $(B)/libdblock.a
 	$(CC) $(TEST_CFLAGS) -o $@ $< tests/testutil.c $(B)/libdblock.a $(ALL_LDFLAGS) $(LDLIBS) -lcmocka
 # (the suites run per backend x strategy pair share tests/pairs.h)
-$(B)/test_conformance $(B)/test_waiters $(B)/test_fenced: tests/pairs.h
+$(B)/test_conformance $(B)/test_waiters $(B)/test_fenced $(B)/test_faults: tests/pairs.h
 # test_cli runs the programs through tests/cli_harness.c and reads their
 # JSON with json-c.
 $(B)/test_cli: tests/test_cli.c tests/cli_harness.h tests/cli_harness.c tests/testutil.h tests/testutil.c \

@@ -43,13 +43,9 @@
 #include <unistd.h>
 
 #include "drivers/driver.h"
+#include "pairs.h" /* (cur, leased, is, group_setup) */
 #include "testutil.h"
 
-static struct {
-  const char *backend, *url;
-  dblock_strategy strategy;
-  const char *table;
-} cur;
 
 /* A forked holder still around when a test fails (it may be stopped and
  * holding a lock): the teardown kills it so the next test starts clean. */
@@ -65,8 +61,6 @@ static pid_t orphan;
 static struct dbl_conn *held_conn;
 static const struct dbl_driver *held_drv;
 
-static int leased(void) { return cur.strategy != DBLOCK_STRATEGY_FOR_UPDATE; }
-static int is(const char *backend) { return strcmp(cur.backend, backend) == 0; }
 
 /* ---------------------------------------------------------------- proxy */
 
@@ -2259,16 +2253,6 @@ static int teardown(void **state) {
       waitpid(fw_kids[i], NULL, 0);
       fw_kids[i] = 0;
     }
-  return 0;
-}
-
-static int group_setup(void **state) {
-  dblock_client *c = tu_open(cur.url, cur.strategy, cur.table, 0);
-  (void)state;
-  /* (run-suites.sh names the pair of a failed test by this line) */
-  print_message("# pair %s/%s\n", cur.backend, dblock_strategy_name(cur.strategy));
-  tu_migrate(c);
-  dblock_client_free(c);
   return 0;
 }
 

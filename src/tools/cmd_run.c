@@ -55,6 +55,12 @@ static int min_hold(const args *a, dblock_client *cl, dblock_lock *l, const char
  * sql_mode), doubled quotes on SQLite (which has no escapes). On
  * PostgreSQL the function is schema-qualified (dblock's schema is public):
  * no search_path can swap it. NULL: out of memory. */
+/* Appends name's bytes to s at *o as hex digits. */
+static void put_hex(char *s, size_t cap, size_t *o, const char *name) {
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+    *o += (size_t)snprintf(s + *o, cap - *o, "%02x", *p);
+}
+
 static char *check_sql(const dblock_client *cl, const char *table, const char *name,
                        int64_t fence) {
   const char *be = dblock_client_backend(cl);
@@ -65,11 +71,11 @@ static char *check_sql(const dblock_client *cl, const char *table, const char *n
   else snprintf(fn, sizeof fn, "%s_check", table);
   if (strcmp(be, "postgres") == 0) {
     o = (size_t)snprintf(s, cap, "DBLOCK_CHECK_SQL=SELECT public.%s(convert_from(decode('", fn);
-    for (size_t i = 0; i < n; i++) o += (size_t)snprintf(s + o, cap - o, "%02x", (unsigned char)name[i]);
+    put_hex(s, cap, &o, name);
     snprintf(s + o, cap - o, "', 'hex'), 'UTF8'), %lld)", (long long)fence);
   } else if (strcmp(be, "mysql") == 0) {
     o = (size_t)snprintf(s, cap, "DBLOCK_CHECK_SQL=SELECT %s(X'", fn);
-    for (size_t i = 0; i < n; i++) o += (size_t)snprintf(s + o, cap - o, "%02x", (unsigned char)name[i]);
+    put_hex(s, cap, &o, name);
     snprintf(s + o, cap - o, "', %lld)", (long long)fence);
   } else {
     o = (size_t)snprintf(s, cap, "DBLOCK_CHECK_SQL=SELECT %s('", fn);
