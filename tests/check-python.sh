@@ -9,4 +9,6 @@ cd "$(dirname "$0")/.." || exit 1
 py=${DBLOCK_TEST_PYTHON:-/usr/bin/python3}
 export DBLOCK_LIBRARY="$PWD/${DBLOCK_TEST_TREE:-build}/libdblock.so.0"
 export PYTHONDONTWRITEBYTECODE=1
-exec "$py" -m pytest -p no:cacheprovider -q -rs python/tests "$@"
+[ "$#" -eq 0 ] && set -- python/tests
+# (a test stuck for 120 s has every thread's stack printed)
+exec "$py" -m pytest -p no:cacheprovider -o faulthandler_timeout=120 -q -rs "$@"
