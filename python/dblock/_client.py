@@ -322,6 +322,27 @@ class Lock:
         h = self._need_handle()
         return _when(lib.dblock_lock_expires_at(h))
 
+    def check(self, cursor: Any) -> None:
+        """A fenced write's check, in the caller's own transaction:
+        runs ``SELECT dblock_check(name, fence)`` (``<table>_check`` for
+        another table) on a DB-API cursor of the application's connection
+        to the same PostgreSQL or MariaDB database (psycopg, PyMySQL,
+        mysqlclient: paramstyle format/pyformat). The database raises
+        SQLSTATE DBL01 unless this grant still holds the name, and keeps
+        the lock row until the transaction ends: roll the transaction back
+        on any error (docs/fenced-writes.md)."""
+        if self._h is None:
+            raise _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
+                                  _errors.NotHeld.code)
+        root = type(cursor).__module__.split(".")[0]
+        style = getattr(__import__("sys").modules.get(root), "paramstyle", None)
+        if style not in ("format", "pyformat"):
+            raise _errors.Unsupported(
+                "Lock.check needs a DB-API cursor with paramstyle format or pyformat (psycopg, "
+                "PyMySQL, mysqlclient); %s has %r" % (root, style), _errors.Unsupported.code)
+        cursor.execute("SELECT %s(%%s, %%s)" % self._client._check_fn, (self._name, self._fence))
+        cursor.fetchall()
+
     # -- the threading style
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Acquires; True when granted, False when the name stayed busy
@@ -618,6 +639,8 @@ class Client:
         o.non_reentrant = 0 if reentrant else 1
         o.fair = 1 if fair else 0
         o.read_only = 1 if read_only else 0
+        # (the SQL function of dblock_check for this lock table)
+        self._check_fn = table + "_check" if table and table != "dblock_locks" else "dblock_check"
         self._user_on_lost = on_lost
         self._held: Dict[Tuple[bytes, int], "weakref.WeakSet[Lock]"] = {}
         me = weakref.ref(self)
