@@ -20,6 +20,10 @@ BINDIR    ?= $(PREFIX)/bin
 SBINDIR   ?= $(PREFIX)/sbin
 DATADIR   ?= $(PREFIX)/share
 MANDIR    ?= $(DATADIR)/man
+# The Python binding (python/, docs/python.md) goes where $(PYTHON) looks
+# for packages under PREFIX; nothing is installed for it without a python3.
+PYTHON    ?= python3
+PYTHONDIR ?= $(shell $(PYTHON) -c 'import site; print(site.getsitepackages(["$(PREFIX)"])[-1])' 2>/dev/null)
 
 CC        ?= cc
 SAN       ?=
@@ -279,6 +283,12 @@ install: all
 	for m in man/*.1; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man1/ || true; done
 	for m in man/*.8; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man8/ || true; done
 	install -m 644 $(B)/man3/*.3 man/dblock.3 $(DESTDIR)$(MANDIR)/man3/
+	@# (the package is told where this libdblock is: its loader looks there)
+	if [ -n "$(PYTHONDIR)" ]; then \
+	  install -d $(DESTDIR)$(PYTHONDIR)/dblock && \
+	  install -m 644 python/dblock/*.py python/dblock/py.typed $(DESTDIR)$(PYTHONDIR)/dblock/ && \
+	  sed -i 's|^INSTALL_LIBDIR = ""|INSTALL_LIBDIR = "$(LIBDIR)"|' $(DESTDIR)$(PYTHONDIR)/dblock/_native.py; \
+	fi
 
 uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/dblock.h $(DESTDIR)$(LIBDIR)/libdblock.a \
@@ -289,12 +299,13 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man8/dblock-reaper.8 \
 	  $(DESTDIR)$(MANDIR)/man3/dblock.3 $(DESTDIR)$(MANDIR)/man3/dblock_*.3
 	rm -rf $(DESTDIR)$(DATADIR)/dblock $(DESTDIR)$(LIBDIR)/cmake/dblock
+	if [ -n "$(PYTHONDIR)" ]; then rm -rf $(DESTDIR)$(PYTHONDIR)/dblock; fi
 	rm -f $(DESTDIR)$(DATADIR)/bash-completion/completions/dblock
 	@# (and the directories install made, once empty: up to the first one that is not)
 	-rmdir -p --ignore-fail-on-non-empty $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(LIBDIR)/cmake \
 	  $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 \
 	  $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 \
-	  $(DESTDIR)$(DATADIR)/bash-completion/completions 2>/dev/null
+	  $(DESTDIR)$(DATADIR)/bash-completion/completions $(if $(PYTHONDIR),$(DESTDIR)$(PYTHONDIR)) 2>/dev/null
 
 clean:
 	rm -rf build build-asan build-tsan

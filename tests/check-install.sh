@@ -84,6 +84,28 @@ if [ -e "$man3/man3/dblock.3" ] && [ -e "$man3/man3/dblock_lock_acquire.3" ] &&
       MANPAGER=cat man -M "$man3" 3 dblock_lock_acquire 2>/dev/null | grep -q 'int dblock_lock_acquire'; }; then
   ok "man 3 dblock_lock_acquire from the install prefix"
 else ko "man 3 dblock_lock_acquire from the install prefix" "$(ls "$man3/man3" 2>&1 | head -5)"; fi
+# Python: make install put the package where python3 looks under the
+# prefix, told where its library is (no DBLOCK_LIBRARY, no LD_LIBRARY_PATH).
+pydir=$(python3 -c "import site; print(site.getsitepackages(['$tmp/prefix'])[-1])" 2>&1)
+out=$(cd / && env -u DBLOCK_LIBRARY -u LD_LIBRARY_PATH PYTHONPATH="$pydir" python3 -c "
+import dblock, dblock._native as n
+c = dblock.Client('sqlite://$tmp/py.db'); c.migrate()
+with c.lock('x') as lk: print(lk.fence > 0, n.INSTALL_LIBDIR)" 2>&1)
+if [ -e "$pydir/dblock/py.typed" ] && [ "$out" = "True $tmp/prefix/lib" ]; then
+  ok "make install: import dblock finds the prefix's library"
+else ko "make install: import dblock finds the prefix's library" "$pydir" "$out"; fi
+# pip install ./python in a fresh venv with no index at all: the in-tree
+# build backend needs nothing downloaded.
+py=${DBLOCK_TEST_PYTHON:-/usr/bin/python3}
+if "$py" -m venv "$tmp/venv" >"$tmp/venv.log" 2>&1 &&
+    "$tmp/venv/bin/pip" install --no-index --disable-pip-version-check ./python >>"$tmp/venv.log" 2>&1 &&
+    out=$(cd / && DBLOCK_LIBRARY="$tmp/prefix/lib/libdblock.so.0" "$tmp/venv/bin/python" -c "
+import os, dblock
+assert os.path.exists(os.path.join(os.path.dirname(dblock.__file__), 'py.typed'))
+c = dblock.Client('sqlite://$tmp/venv.db'); c.migrate()
+with c.lock('x') as lk: print(dblock.__file__.startswith('$tmp/venv/'), lk.fence > 0)" 2>&1) &&
+    [ "$out" = "True True" ]; then ok "pip install ./python in a fresh venv, offline"
+else ko "pip install ./python in a fresh venv, offline" "$(tail -5 "$tmp/venv.log")" "$out"; fi
 # Backends are optional: a build without PostgreSQL and MariaDB links no
 # client library of theirs, refuses their URLs with DBLOCK_EUNSUPPORTED
 # (exit 1, a clear message), and the demo runs on SQLite.

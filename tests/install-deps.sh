@@ -12,7 +12,8 @@
 set -euo pipefail
 
 demo_pkgs=(gcc make pkg-config libsqlite3-dev libpq-dev default-libmysqlclient-dev)
-full_pkgs=("${demo_pkgs[@]}" postgresql-15 mariadb-server galera-4 rsync pgbouncer libcmocka-dev libjson-c-dev faketime socat valgrind redis-server libhiredis-dev cmake)
+full_pkgs=("${demo_pkgs[@]}" postgresql-15 mariadb-server galera-4 rsync pgbouncer libcmocka-dev libjson-c-dev faketime socat valgrind redis-server libhiredis-dev cmake
+    python3 python3-venv python3-pytest python3-psycopg2 python3-pymysql python3-tooz python3-redis)
 
 case "${1:-}" in
     "") pkgs=("${full_pkgs[@]}") ;;

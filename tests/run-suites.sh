@@ -216,6 +216,11 @@ if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = examples ]; then
   DBLOCK_TEST_TREE=build run_suite "tests/check-examples.sh" sh tests/check-examples.sh
   [ "$f" -eq 0 ] && cat "$out" # (what they printed: shown on failure already)
 fi
+if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = python ]; then
+  # The Python binding's pytest suite over the normal tree's library, on
+  # all three backends (its examples too).
+  DBLOCK_TEST_TREE=build run_suite "python/tests (pytest)" sh tests/check-python.sh
+fi
 if [ -n "${DBLOCK_TEST_QUICK:-}" ]; then
   : # (make check-quick: the cmocka suites of the normal tree only)
 elif [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = test_topology ]; then
