@@ -217,9 +217,9 @@ if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = examples ]; then
   [ "$f" -eq 0 ] && cat "$out" # (what they printed: shown on failure already)
 fi
 if [ -z "${DBLOCK_TEST_ONLY:-}" ] || [ "$DBLOCK_TEST_ONLY" = python ]; then
-  # The Python binding's pytest suite over the normal tree's library, on
-  # all three backends (its examples too).
-  DBLOCK_TEST_TREE=build run_suite "python/tests (pytest)" sh tests/check-python.sh
+  # The Python binding's pytest suite over the normal tree's library (its
+  # examples too), one shard per backend like the cmocka suites.
+  DBLOCK_TEST_TREE=build run_sharded "python/tests (pytest)" sh tests/check-python.sh
 fi
 if [ -n "${DBLOCK_TEST_QUICK:-}" ]; then
   : # (make check-quick: the cmocka suites of the normal tree only)

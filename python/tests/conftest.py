@@ -89,6 +89,29 @@ def clients():
         c.close()
 
 
+def _shard():
+    """The backends this run covers: DBLOCK_TEST_BACKEND (run-suites.sh
+    runs one pytest per backend side by side, as it does the cmocka
+    suites: "sqlite,none", "postgres", "mysql"), else all three."""
+    env = os.environ.get("DBLOCK_TEST_BACKEND")
+    return set(env.split(",")) if env else set(BACKENDS) | {"none"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leaves out the tests of the backends this run does not cover; a
+    test on no backend goes with SQLite's ("none")."""
+    shard = _shard()
+    keep, drop = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        params = params.params if params else {}
+        b = params.get("backend") or (params.get("pair") or ("none",))[0]
+        (keep if b in shard else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_terminal_summary(terminalreporter):
     """The tally tests/run-suites.sh adds up, in cmocka's words."""
     st = terminalreporter.stats

@@ -32,19 +32,22 @@ def test_other_threads_run_while_one_waits(url, name, clients):
     waiter = clients(url)
     with holder.lock(name):
         done = threading.Event()
-        t = threading.Thread(target=lambda: (waiter.lock(name).acquire(timeout=1.5), done.set()))
+        t = threading.Thread(target=lambda: (waiter.lock(name).acquire(timeout=10), done.set()))
         t.start()
         time.sleep(0.2)  # (the thread is in its wait)
-        n, end = 0, time.monotonic() + 0.5
+        n, end = 0, time.monotonic() + 0.3
         while time.monotonic() < end:
             n += 1
         assert not done.is_set(), "the wait ended before the count did: nothing measured"
-        t.join()
-    assert n > 100000, "only %d iterations in 0.5 s while another thread waited" % n
+    t.join()
+    assert n > 50000, "only %d iterations in 0.3 s while another thread waited" % n
 
 
 CHILD = r"""
-import sys, time
+import signal, sys, time
+# (a shell's background job starts with SIGINT ignored, and Python then
+# leaves it so: run-suites.sh runs the shards that way)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, %(pydir)r)
 import dblock
 c = dblock.Client(%(url)r, strategy=%(strategy)r)
@@ -74,7 +77,7 @@ def test_ctrl_c_interrupts_a_blocking_acquire(pair, pair_url, name, clients):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert readline_within(child, 10).strip() == "waiting"
-        time.sleep(0.5)  # (in its wait in C by now)
+        time.sleep(0.2)  # (in its wait in C by now)
         t0 = time.monotonic()
         child.send_signal(signal.SIGINT)
         line = readline_within(child, 5).split()
@@ -160,7 +163,7 @@ def test_asyncio_cancel_cancels_the_wait_alone(pair, pair_url, name, clients):
                 entered.append(1)
 
         task = asyncio.create_task(body())
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.2)
         t0 = time.monotonic()
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=5)
@@ -174,7 +177,7 @@ def test_asyncio_cancel_cancels_the_wait_alone(pair, pair_url, name, clients):
     print("task cancelled in %.1f ms" % (took * 1000))
     assert took < 0.100 and entered == []
     assert c.stats().grants == 0
-    time.sleep(0.3)
+    time.sleep(0.1)
     assert t.is_alive() and not got, "the other thread's wait was ended by the cancel"
     lk2.release()
     t.join(10)
