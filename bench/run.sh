@@ -162,6 +162,44 @@ for be in $backends; do
   row "$be" insert MEM "RSS MB for 10,000 held" "$(field "$mem" rss_growth_mb)" - - \
     "$(field "$mem" check)"
 done
+# Python (bench/python_w1.py): W1 through the binding, and through the
+# locks a Python developer would otherwise take (OpenStack tooz's
+# PostgreSQL and MySQL drivers, redis-py's Lock), each beside the C
+# library's own W1 (C hiredis for redis-py) measured right then: in these
+# rows "floor" is that C figure.
+py=${DBLOCK_BENCH_PYTHON:-/usr/bin/python3}
+pyw1() { # subject url strategy
+  DBLOCK_LIBRARY="$PWD/$(dirname "$bin")/libdblock.so.0" PYTHONPATH="$PWD/python" "$py" bench/python_w1.py \
+    --subject "$1" --url "$2" --strategy "$3" --warmup "$warmup" --window "$window" 2>"$tmp/bench.err" ||
+    { echo "bench: python $1 $3 failed: $(tail -n 1 "$tmp/bench.err")" >&2; echo '{"check":"FAIL"}'; }
+}
+pyrow() { # backend label python-json c-json
+  printf '{"backend":"%s",%s\n' "$1" "${3#\{}" >>"$out"
+  [ "$(field "$3" check)" = ok ] || fails=$((fails + 1))
+  row "$1" "$2" W1 grants_per_s "$(field "$3" grants_per_s)" "$(field "$4" grants_per_s)" \
+    "$(ratio "$(field "$3" grants_per_s)" "$(field "$4" grants_per_s)")" "$(field "$3" check)/$(field "$4" check)"
+}
+case " ${DBLOCK_BENCH_WORKLOADS:-W1} " in *" W1 "*) w1=1 ;; *) w1=0 ;; esac
+if [ "$w1" = 1 ] && [ -z "${DBLOCK_BENCH_BACKENDS:-}" ] && "$py" -c 'import tooz, redis, psycopg2, pymysql' 2>/dev/null; then
+  echo "# Python, W1: the subject's cycles/s beside the C library's (\"floor\" column) in this run"
+  for be in postgres mysql; do
+    url=$DBLOCK_TEST_PG_URL
+    [ "$be" = mysql ] && url=$DBLOCK_TEST_MY_URL
+    sts="insert for_update"
+    [ "$quick" = 1 ] && sts=insert
+    for st in $sts; do
+      c=$(measure "py-$be" "$url" "$st" W1 1 1 dblock)
+      pyrow "py-$be" "$st" "$(pyw1 dblock "$url" "$st" | sed 's/"subject":"dblock"/"subject":"dblock-'"$st"'"/')" "$c"
+    done
+    c=$(measure "py-$be" "$url" insert W1 1 1 dblock)
+    pyrow "py-$be" "tooz" "$(pyw1 tooz "$url" -)" "$c"
+  done
+  if start_redis; then
+    c=$(measure py-redis "$redis_url" insert W1 1 1 redis)
+    pyrow py-redis "redis-py" "$(pyw1 redis-py "$redis_url" -)" "$c"
+    stop_redis
+  fi
+fi
 echo "figures: $out"
 # The chart (W1 cycles/s and W2 p99 wait beside the floor and Redis).
 sh tools/bench-chart.sh "$out" "make bench, $(git rev-parse --short HEAD 2>/dev/null || echo '?'), ${window} ms windows" \

@@ -13,7 +13,7 @@ function field(line, key,   m, v) {
   v = substr(line, RSTART, RLENGTH); sub("^\"" key "\":\"?", "", v); return v
 }
 {
-  be = field($0, "backend"); if (be ~ /-old$/) next
+  be = field($0, "backend"); if (be ~ /-old$/ || be ~ /^py-/) next
   wl = field($0, "workload"); mode = field($0, "mode"); st = field($0, "strategy")
   if (field($0, "check") != "ok") next
   row = (mode == "redis") ? "redis" : be " " st
