@@ -697,11 +697,14 @@ class Client:
         if c is None:
             return
         _open_clients.discard(self)
-        for locks in list(self._held.values()):
-            for lk in list(locks):
-                lk._h = None
-                lk._holder = None
-        self._held.clear()
+        with self._cx:
+            held = [lk for locks in self._held.values() for lk in locks]
+            self._held.clear()
+        for lk in held:
+            lk._h = None
+            holder, lk._holder = lk._holder, None
+            if holder is not None:
+                holder.finish()  # (its thread ends: nothing left to serve)
         lib.dblock_client_free(c)
 
     # -- properties
