@@ -287,6 +287,7 @@ class Lock:
     # -- properties
     @property
     def name(self) -> str:
+        """The lock's name."""
         return self._name
 
     @property
@@ -715,6 +716,7 @@ class Client:
 
     @property
     def strategy(self) -> str:
+        """"insert", "for_update" or "optimistic"."""
         return lib.dblock_strategy_name(lib.dblock_client_strategy(self._handle())).decode()
 
     @property
@@ -775,6 +777,7 @@ class Client:
             libc.free(arr)
 
     def stats(self) -> Stats:
+        """The client's counters since it was opened (dblock_client_stats)."""
         s = _CStats()
         _check(lib.dblock_client_stats(self._handle(), ctypes.byref(s), ctypes.sizeof(s)))
         v = {f: getattr(s, f) for f, _ in _CStats._fields_}

@@ -88,6 +88,7 @@ class Retry(Error):
 
 
 class OutOfMemory(Error):
+    """The C library could not allocate memory."""
     code = -12
 
 

@@ -28,6 +28,21 @@ def test_every_code_of_the_header_has_its_class():
     assert issubclass(dblock.InvalidArgument, ValueError)
 
 
+def test_every_public_name_has_a_docstring():
+    import inspect
+    missing = []
+    for n in dblock.__all__:
+        o = getattr(dblock, n)
+        if not (o.__doc__ or "").strip():
+            missing.append(n)
+        if inspect.isclass(o) and not issubclass(o, BaseException):
+            for k, v in vars(o).items():
+                f = v.fget if isinstance(v, property) else v
+                if not k.startswith("_") and callable(f) and not (f.__doc__ or "").strip():
+                    missing.append(n + "." + k)
+    assert not missing, missing
+
+
 def test_busy_timeout_notheld_deadlock(url, name, clients):
     a = clients(url)
     b = clients(url, reentrant=False)
