@@ -11,9 +11,21 @@ How a wait behaves in Python (the parts the C API cannot do alone):
     raises KeyboardInterrupt), and a handler that raises nothing lets the
     wait go on with the time it has left, as PEP 475 does for system calls.
   - dblock_client_cancel cancels every wait of a C client. So that one
-    wait can be cancelled alone, the client counts the cancels it asked
-    for on behalf of one wait; any other wait that was cut by them waits
-    for the cancel to end and then goes on with the time it has left.
+    wait can be cancelled alone, each wait carries its own request (a
+    task's cancel, a signal), read by its loop before every C call and
+    delivered by dblock_client_cancel while it is inside one; the C
+    cancelled state ends (_settle) once no wait in C asked for it. Any
+    other wait that was cut meanwhile waits for that and goes on with the
+    time it has left.
+  - A KeyboardInterrupt can be raised between almost any two bytecodes of
+    the main thread, so the bookkeeping uses plain locks in `with` (a
+    Python-level __enter__ could be interrupted after its acquire), never
+    a Condition, and changes each count together with the flag that
+    undoes it (Client._run); a grant separated from its Lock object by the
+    interrupt is released (Lock._acquire).
+  - close() refuses new calls, cancels the waits and waits for the calls
+    in flight before it frees the C client (which does not wait for
+    calls on other threads).
   - asyncio: each acquire runs on a thread of its own that then keeps the
     hold until it is released (the C library ties a hold to the thread that
     took it: an executor thread reused by another task would count as the
@@ -31,13 +43,15 @@ import datetime
 import logging
 import os
 import queue
+import re
 import select
 import signal
+import sys
 import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _errors
 from ._errors import Error, InvalidArgument
@@ -243,12 +257,30 @@ _SIGNALS = _SignalWatch()
 
 
 class _Wait:
-    """One acquire in progress: whether a cancel was asked for it alone."""
-    __slots__ = ("requested", "by_signal")
+    """One acquire in progress (see the module's comment). cancel: a
+    cancel asked for it alone (an asyncio task's), sticky; signalled: a
+    signal arrived during it (handled, then cleared); in_c: it is inside
+    dblock_lock_acquire now, so a request needs the C cancel to reach it.
+    All three are read and written under the client's _cx."""
+    __slots__ = ("cancel", "signalled", "in_c")
 
     def __init__(self) -> None:
-        self.requested = False
-        self.by_signal = False
+        self.cancel = False
+        self.signalled = False
+        self.in_c = False
+
+
+_tls = threading.local()
+
+
+def _in_callback() -> bool:
+    """Whether this thread is running the client's on_lost or log hook."""
+    return getattr(_tls, "callback", 0) > 0
+
+
+def _deadlock(what: str) -> _errors.Deadlock:
+    return _errors.Deadlock("%s from inside on_lost or the log hook: note the loss and act on "
+                            "the owning thread" % what, _errors.Deadlock.code)
 
 
 # ---- the lock --------------------------------------------------------------
@@ -260,8 +292,11 @@ class Lock:
     release at the end), in the threading style (``acquire(blocking=True,
     timeout=-1)`` returning True/False, then ``release()``), or with
     asyncio (``async with``). After a release the object can be acquired
-    again. One Lock object is one hold: a second hold of the same name by
-    the same thread (reentrant, counted by the database row) is a second
+    again. One Lock object is one hold, taken by one thread or task at a
+    time: another thread that wants the name takes its own
+    client.lock(name) (a second acquire of an object that is held or being
+    acquired raises InvalidArgument). A second hold of the same name by the
+    same thread (reentrant, counted by the database row) is also a second
     client.lock(name).
     """
 
@@ -274,7 +309,11 @@ class Lock:
         self._lease_ms = 0 if lease is None else _ms(lease, "lease", zero_ok=False)
         self._on_lost = on_lost
         self._cancel_on_lost = bool(cancel_on_lost)
+        # (_mu guards the handle: an accessor on one thread never uses a
+        # handle a release on another has freed)
+        self._mu = threading.Lock()
         self._h: Optional[int] = None
+        self._busy = False  # an acquire is in progress
         self._fence = 0
         self._holder: Optional[_Holder] = None
         self._task: Optional[Tuple[asyncio.AbstractEventLoop, asyncio.Task]] = None  # type: ignore[type-arg]
@@ -304,24 +343,20 @@ class Lock:
     def lost(self) -> bool:
         """True once the hold is known lost: its loss deadline passed
         (by this host's monotonic clock) or a call found it gone."""
-        h = self._h
-        if h is None:
-            return self._lost_told
-        self._client._check_pid()
-        return bool(lib.dblock_lock_is_lost(h))
+        if self._lost_told:  # (no lock taken: safe inside on_lost)
+            return True
+        return bool(self._with_handle(lambda h: lib.dblock_lock_is_lost(h), None, False))
 
     @property
     def hold_count(self) -> int:
         """This owner's holds on the name (1 + reentrant holds)."""
-        h = self._need_handle()
-        return int(lib.dblock_lock_hold_count(h))
+        return int(self._with_handle(lib.dblock_lock_hold_count, "hold_count"))
 
     @property
     def expires_at(self) -> Optional[datetime.datetime]:
         """The lease's end by the server's clock as last granted or renewed;
         None for for_update (no lease)."""
-        h = self._need_handle()
-        return _when(lib.dblock_lock_expires_at(h))
+        return _when(self._with_handle(lib.dblock_lock_expires_at, "expires_at"))
 
     def check(self, cursor: Any) -> None:
         """A fenced write's check, in the caller's own transaction:
@@ -336,7 +371,7 @@ class Lock:
             raise _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
                                   _errors.NotHeld.code)
         root = type(cursor).__module__.split(".")[0]
-        style = getattr(__import__("sys").modules.get(root), "paramstyle", None)
+        style = getattr(sys.modules.get(root), "paramstyle", None)
         if style not in ("format", "pyformat"):
             raise _errors.Unsupported(
                 "Lock.check needs a DB-API cursor with paramstyle format or pyformat (psycopg, "
@@ -360,7 +395,7 @@ class Lock:
         else:
             wait_ms = _ms(timeout, "timeout", zero_ok=True)
         try:
-            self._acquire(wait_ms)
+            self._acquire_here(wait_ms)
         except (_errors.Busy, _errors.Timeout):
             return False
         return True
@@ -368,24 +403,19 @@ class Lock:
     def release(self) -> None:
         """Releases the hold. Raises Lost if it had been lost (the handle is
         freed all the same), NotHeld if this object holds nothing."""
-        h = self._need_handle(not_held=True)
-        self._call_owner(lambda: self._release_handle(h))
+        self._call_owner(self._release_now)
 
     def renew(self) -> None:
         """Extends the lease by the lease it was acquired with (for_update:
         checks the session is alive). Raises Lost if the lock is gone."""
-        h = self._need_handle()
-        self._call_owner(lambda: _check(lib.dblock_lock_renew(h)))
+        self._call_owner(lambda: _check(self._with_handle(lib.dblock_lock_renew, "renew")))
 
     # -- context managers
     def __enter__(self) -> "Lock":
-        self._acquire(self._wait_ms)
+        self._acquire_here(self._wait_ms)
         return self
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        self._exit(et)
-
-    def _exit(self, et: Any) -> None:
         if self._h is None:
             return
         try:
@@ -421,19 +451,22 @@ class Lock:
             wait_ms = -1
         else:
             wait_ms = _ms(timeout, "timeout", zero_ok=True)
-        if self._h is not None:
-            raise _errors.Error("this Lock object is held already; take another client.lock(name) "
-                                "for a reentrant hold", InvalidArgument.code)
-        self._client._check_pid()
         loop = asyncio.get_running_loop()
+        self._begin()
         w = _Wait()
         holder = _Holder(self, wait_ms, w)
-        holder.start()
+        self._holder = holder  # (before it can grant: a release finds it)
+        try:
+            holder.start()
+        except BaseException:
+            self._holder = None
+            self._end(None)
+            raise
         fut = asyncio.wrap_future(holder.granted)
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
-            self._client._cancel_wait(w)
+            self._client._request(w, by_signal=False)
             # (wait for the wait to end, whatever further cancels come: a
             # grant that won the race must be released, not leaked)
             while not fut.done():
@@ -443,71 +476,135 @@ class Lock:
                     pass
                 except BaseException:
                     break
-            if not fut.cancelled() and fut.exception() is None:
-                await asyncio.wrap_future(holder.submit(lambda: self._release_handle(self._h)))
+            if self._h is not None:
+                try:
+                    await asyncio.wrap_future(holder.submit(self._release_now))
+                except Exception:
+                    _log.exception("dblock: releasing %r after its task was cancelled", self)
             raise
-        self._holder = holder
+        except BaseException:
+            raise
         if self._cancel_on_lost:
             self._task = (loop, asyncio.current_task())  # type: ignore[assignment]
 
     async def release_async(self) -> None:
         """asyncio release (the round trip runs off the event loop)."""
-        h = self._need_handle(not_held=True)
         holder = self._holder
         if holder is None:
-            await asyncio.get_running_loop().run_in_executor(None, lambda: self._release_handle(h))
+            await asyncio.get_running_loop().run_in_executor(None, self._release_now)
         else:
-            await asyncio.wrap_future(holder.submit(lambda: self._release_handle(h)))
+            await asyncio.wrap_future(holder.submit(self._release_now))
 
     # -- internals
-    def _need_handle(self, not_held: bool = False) -> int:
-        h = self._h
-        if h is None:
-            if not_held:
+    def _begin(self) -> None:
+        """Claims the object for one acquire (refusing a second)."""
+        self._client._check_pid()
+        with self._mu:
+            if self._h is not None or self._busy:
+                raise InvalidArgument(
+                    "this dblock.Lock object for %r is %s; another thread or task takes its own "
+                    "client.lock(name)" % (self._name, "held" if self._h is not None else
+                                           "being acquired"), InvalidArgument.code)
+            self._busy = True
+
+    def _end(self, h: Optional[int], fence: int = 0) -> None:
+        """Ends the acquire: the handle granted and its fence (or None)."""
+        with self._mu:
+            self._busy = False
+            if h is not None:
+                self._h = h
+                self._fence = fence
+                self._lost_told = False
+        if h is not None:
+            self._client._held_add(self)
+
+    def _acquire_here(self, wait_ms: int) -> None:
+        self._begin()
+        self._acquire(wait_ms, _Wait())
+
+    def _acquire(self, wait_ms: int, w: _Wait) -> None:
+        """Acquires on the calling thread (the object claimed by _begin)
+        or raises. The grant is handed to the object before anything else
+        can raise; one that a KeyboardInterrupt separated from it is
+        released (else the watchdog would renew it for ever)."""
+        box = ctypes.c_void_p()
+        done = False
+        try:
+            fence = self._client._acquire(box, self._bname, wait_ms, self._lease_ms, w)
+            self._end(box.value, fence)
+            done = True
+        finally:
+            if not done:
+                if box.value and self._h != box.value:
+                    try:
+                        self._client._run(lambda c: lib.dblock_lock_release(box.value))
+                    except InvalidArgument:
+                        pass  # (the client is closing: the hold ends with it)
+                self._end(None)
+
+    def _locked(self, fn: Callable[[], Any], what: str) -> Any:
+        """fn() under the object's mutex; from inside on_lost only if no
+        release holds it right now. (`with` on the C-level lock, not
+        acquire + try: a KeyboardInterrupt between those would leave it
+        held.)"""
+        if _in_callback():  # (never the main thread: no KeyboardInterrupt here)
+            if not self._mu.acquire(blocking=False):
+                raise _deadlock("Lock.%s while another thread releases it" % what)
+            try:
+                return fn()
+            finally:
+                self._mu.release()
+        with self._mu:
+            return fn()
+
+    def _with_handle(self, fn: Callable[[int], Any], what: Optional[str], none: Any = 0) -> Any:
+        """fn(handle) under the object's mutex; NotHeld (or none, when what
+        is None) if nothing is held."""
+        def call() -> Any:
+            h = self._h
+            if h is None:
+                if what is None:
+                    return none
                 raise _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
                                       _errors.NotHeld.code)
-            raise _errors.Error("lock %r is not held by this Lock object" % self._name,
-                                InvalidArgument.code)
-        self._client._check_pid()
-        return h
+            return self._client._run(lambda c: fn(h))
+        return self._locked(call, what or "lost")
 
     def _call_owner(self, fn: Callable[[], Any]) -> Any:
         holder = self._holder
         if holder is None or threading.current_thread() is holder:
             return fn()
+        if _in_callback():
+            # (the hold thread would wait in C for this very callback)
+            raise _deadlock("releasing or renewing an asyncio-held lock")
         return holder.submit(fn).result()
 
-    def _acquire(self, wait_ms: int, w: Optional[_Wait] = None) -> None:
-        """Acquires on the calling thread or raises. The handle is stored
-        before anything else can raise (a KeyboardInterrupt between the
-        grant and the store would leak a renewed hold)."""
-        if self._h is not None:
-            raise _errors.Error("this Lock object is held already; take another client.lock(name) "
-                                "for a reentrant hold", InvalidArgument.code)
-        box = ctypes.c_void_p()
-        try:
-            self._client._acquire(box, self._bname, wait_ms, self._lease_ms, w or _Wait())
-            self._h = box.value
-            self._fence = int(lib.dblock_lock_fence(self._h))
-            self._lost_told = False
-            self._client._held_add(self)
-        except BaseException:
-            if box.value and self._h is None:
-                lib.dblock_lock_release(box.value)
-            raise
+    def _release_now(self) -> None:
+        info = ErrorInfo()
 
-    def _release_handle(self, h: Optional[int]) -> None:
-        if h is None or self._h != h:
-            raise _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
-                                  _errors.NotHeld.code)
-        rc = lib.dblock_lock_release(h)
-        if rc != _errors.Deadlock.code:  # (EDEADLK: from on_lost; the handle stays)
-            self._h = None
-            self._client._held_discard(self)
-            holder, self._holder, self._task = self._holder, None, None
-            if holder is not None:
-                holder.finish()
-        _check(rc)
+        def release(c: int) -> int:
+            rc = lib.dblock_lock_release(self._h)
+            if rc != 0:
+                lib.dblock_last_error(ctypes.byref(info))
+            if rc != _errors.Deadlock.code:  # (EDEADLK: from on_lost; the handle stays)
+                self._h = None
+            return rc
+
+        def locked() -> int:
+            if self._h is None:
+                raise _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
+                                      _errors.NotHeld.code)
+            return self._client._run(release)
+
+        rc = self._locked(locked, "release")
+        if rc == _errors.Deadlock.code:
+            raise _deadlock("Lock.release")
+        self._client._held_discard(self)
+        holder, self._holder, self._task = self._holder, None, None
+        if holder is not None:
+            holder.finish()
+        if rc != 0:
+            _raise_info(rc, info)
 
     def _told_lost(self) -> None:
         """From the client's on_lost, on a C worker thread."""
@@ -545,6 +642,8 @@ class _Holder(threading.Thread):
         try:
             self._lk._acquire(self._wait_ms, self._w)
         except BaseException as e:
+            if self._lk._holder is self:
+                self._lk._holder = None
             self.granted.set_exception(e)
             return
         self.granted.set_result(None)
@@ -565,6 +664,27 @@ class _Holder(threading.Thread):
 
     def finish(self) -> None:
         self._calls.put(None)
+
+
+def _raise_info(rc: int, info: ErrorInfo) -> None:
+    if info.code == rc and info.message:
+        raise _errors.from_code(rc, _text(info.message), info.sqlstate.decode("ascii", "replace"),
+                                info.native)
+    raise _errors.from_code(rc, lib.dblock_strerror(rc).decode())
+
+
+def _c_string(value: Any, what: str) -> bytes:
+    """A str option as the C library takes it (UTF-8, no NUL)."""
+    if not isinstance(value, str):
+        raise InvalidArgument("%s must be a str, not %s" % (what, type(value).__name__),
+                              InvalidArgument.code)
+    try:
+        b = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument("%s is not valid UTF-8" % what, InvalidArgument.code) from None
+    if b"\0" in b:
+        raise InvalidArgument("%s contains a NUL character" % what, InvalidArgument.code)
+    return b
 
 
 # ---- the client ------------------------------------------------------------
@@ -610,8 +730,7 @@ class Client:
         o = Options()
         o.version = OPTIONS_VERSION
         st = ctypes.c_int()
-        if not isinstance(strategy, str) or lib.dblock_strategy_parse(
-                ctypes.byref(st), strategy.encode()) != 0:
+        if lib.dblock_strategy_parse(ctypes.byref(st), _c_string(strategy, "strategy")) != 0:
             raise InvalidArgument("unknown strategy %r (insert, for_update, optimistic)" % (strategy,),
                                   InvalidArgument.code)
         o.strategy = st.value
@@ -625,23 +744,26 @@ class Client:
         if reaper_grace is not None:
             o.reaper_grace_ms = _ms(reaper_grace, "reaper_grace", zero_ok=True)
         if pool_size is not None:
-            if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-                raise InvalidArgument("pool_size must be an int >= 1, not %r" % (pool_size,),
+            if isinstance(pool_size, bool) or not isinstance(pool_size, int) or \
+                    not 1 <= pool_size <= 10000:
+                raise InvalidArgument("pool_size must be an int from 1 to 10000, not %r" % (pool_size,),
                                       InvalidArgument.code)
             o.pool_size = pool_size
+        if table is not None and (not isinstance(table, str) or
+                                  not re.fullmatch(r"[a-z_][a-z0-9_]{0,39}", table)):
+            raise InvalidArgument("table must be a lowercase identifier [a-z_][a-z0-9_]* of at most "
+                                  "40 bytes, not %r" % (table,), InvalidArgument.code)
         self._keep = []  # (strings and callbacks C points at: alive as long as the client)
         for field, value in (("table", table), ("owner_host", owner_host)):
             if value is not None:
-                if not isinstance(value, str):
-                    raise InvalidArgument("%s must be a str" % field, InvalidArgument.code)
-                b = ctypes.create_string_buffer(value.encode())
+                b = ctypes.create_string_buffer(_c_string(value, field))
                 self._keep.append(b)
                 setattr(o, field, ctypes.cast(b, ctypes.c_char_p))
+        # (the SQL function of dblock_check for this lock table)
+        self._check_fn = table + "_check" if table and table != "dblock_locks" else "dblock_check"
         o.non_reentrant = 0 if reentrant else 1
         o.fair = 1 if fair else 0
         o.read_only = 1 if read_only else 0
-        # (the SQL function of dblock_check for this lock table)
-        self._check_fn = table + "_check" if table and table != "dblock_locks" else "dblock_check"
         self._user_on_lost = on_lost
         self._held: Dict[Tuple[bytes, int], "weakref.WeakSet[Lock]"] = {}
         me = weakref.ref(self)
@@ -649,26 +771,37 @@ class Client:
         def lost_cb(name: bytes, fence: int, reason: int, arg: Any) -> None:
             c = me()
             if c is not None:
-                c._lost(name, fence)
+                _tls.callback = getattr(_tls, "callback", 0) + 1
+                try:
+                    c._lost(name, fence)
+                finally:
+                    _tls.callback -= 1
 
         def log_cb(level: int, msg: bytes, arg: Any) -> None:
-            _log.log(logging.WARNING if level <= 1 else logging.INFO, "%s", _text(msg))
+            _tls.callback = getattr(_tls, "callback", 0) + 1
+            try:
+                _log.log(logging.WARNING if level <= 1 else logging.INFO, "%s", _text(msg))
+            finally:
+                _tls.callback -= 1
 
         self._lost_fn = LOST_FN(lost_cb)
         self._log_fn = LOG_FN(log_cb)
         o.on_lost = self._lost_fn
         o.log = self._log_fn
         o.log_level = 2 if _log.isEnabledFor(logging.INFO) else 1
-        if url is not None and not isinstance(url, str):
-            raise InvalidArgument("url must be a str or None", InvalidArgument.code)
-        # (the cancel bookkeeping: see the module's comment)
-        self._cx = threading.Condition(threading.Lock())
-        self._active: Set[_Wait] = set()
-        self._pending = 0
+        burl = None if url is None else _c_string(url, "url")
+        # (the waits' and calls' bookkeeping: see the module's comment)
+        # (a plain lock, never a Condition: a KeyboardInterrupt raised in a
+        # Python-level __enter__ after the acquire would leave it held; the
+        # few waits on it poll instead)
+        self._cx = threading.Lock()
+        self._waits: Dict[int, _Wait] = {}  # by thread: one wait per thread at a time
+        self._c_cancelled = False  # dblock_client_cancel called, not yet cleared
         self._user_cancel = False
+        self._closing = False
+        self._calls = 0  # C calls in flight on this client
         box = ctypes.c_void_p()
-        _check(lib.dblock_client_open(ctypes.byref(box), url.encode() if url else None,
-                                      ctypes.byref(o)))
+        _check(lib.dblock_client_open(ctypes.byref(box), burl, ctypes.byref(o)))
         self._c = box.value
         _open_clients.add(self)
 
@@ -690,17 +823,39 @@ class Client:
             pass
 
     def close(self) -> None:
-        """Frees the client (dblock_client_free): leased locks still held
-        expire, for_update ones end with their sessions; their Lock
+        """Frees the client (dblock_client_free) once the calls in flight on
+        other threads have ended — waits are cancelled (they raise
+        Canceled), other calls end within the call limit. Leased locks still
+        held expire, for_update ones end with their sessions; their Lock
         objects become unusable. Losses not yet told are told first.
         Calling it again does nothing."""
-        c, self._c = self._c, None
-        if c is None:
-            return
-        _open_clients.discard(self)
+        if self._pid != os.getpid() or getattr(self, "_cx", None) is None:
+            return  # (a forked child's copy: the parent's to free; or never opened)
+        if _in_callback():
+            raise _deadlock("Client.close")
+        with self._cx:
+            c = self._c
+            if c is None or self._closing:
+                return
+            self._closing = True
+            if self._waits:
+                self._c_cancelled = True
+                lib.dblock_client_cancel(c)
+        give_up = time.monotonic() + 60
+        while True:  # (the calls in flight end: waits are cancelled, calls are bounded)
+            with self._cx:
+                if self._calls == 0:
+                    break
+            if time.monotonic() > give_up:
+                _log.warning("dblock: Client.close: calls still in flight after 60 s; the C client "
+                             "is left allocated rather than freed under them")
+                return
+            time.sleep(0.002)
         with self._cx:
             held = [lk for locks in self._held.values() for lk in locks]
             self._held.clear()
+            self._c = None
+        _open_clients.discard(self)
         for lk in held:
             lk._h = None
             holder, lk._holder = lk._holder, None
@@ -712,17 +867,17 @@ class Client:
     @property
     def backend(self) -> str:
         """"postgres", "mysql" or "sqlite"."""
-        return lib.dblock_client_backend(self._handle()).decode()
+        return self._run(lambda c: lib.dblock_client_backend(c).decode())
 
     @property
     def strategy(self) -> str:
         """"insert", "for_update" or "optimistic"."""
-        return lib.dblock_strategy_name(lib.dblock_client_strategy(self._handle())).decode()
+        return self._run(lambda c: lib.dblock_strategy_name(lib.dblock_client_strategy(c)).decode())
 
     @property
     def round_trips(self) -> int:
         """Statements sent to the server so far (for tests and benchmarks)."""
-        return int(lib.dblock_client_round_trips(self._handle()))
+        return self._run(lambda c: int(lib.dblock_client_round_trips(c)))
 
     # -- locks
     def lock(self, name: str, *, wait: Optional[float] = None, lease: Optional[float] = None,
@@ -736,29 +891,32 @@ class Client:
         on_lost         called as on_lost(lock) when this hold is lost
         cancel_on_lost  asyncio: cancel the task that holds it when it is lost
         """
-        self._handle()
+        self._run(lambda c: None)
         return Lock(self, name, wait, lease, on_lost, cancel_on_lost)
 
     def migrate(self) -> int:
         """Applies pending migrations; returns how many were applied now."""
         n = ctypes.c_int()
-        _check(lib.dblock_migrate(self._handle(), ctypes.byref(n)))
+        self._call(lib.dblock_migrate, ctypes.byref(n))
         return n.value
 
     def inspect(self, name: str) -> Optional[LockInfo]:
         """What the database knows about name; None when it has no row."""
         info = _CLockInfo()
-        rc = lib.dblock_lock_inspect(ctypes.byref(info), self._handle(), _name_bytes(name))
+        b = _name_bytes(name)
+        rc = self._run(lambda c: lib.dblock_lock_inspect(ctypes.byref(info), c, b))
         if rc == _errors.NotHeld.code:
             return None
-        _check(rc)
+        _check(rc)  # (the per-thread last error: still this call's)
         return LockInfo._from_c(info)
 
     def list(self, limit: int = 0) -> List[LockInfo]:
         """Every lock row (at most limit when limit > 0)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= 2 ** 31 - 1:
+            raise InvalidArgument("limit must be an int >= 0, not %r" % (limit,), InvalidArgument.code)
         arr = ctypes.POINTER(_CLockInfo)()
         n = ctypes.c_size_t()
-        _check(lib.dblock_lock_list(ctypes.byref(arr), ctypes.byref(n), self._handle(), int(limit)))
+        self._run(lambda c: _check(lib.dblock_lock_list(ctypes.byref(arr), ctypes.byref(n), c, limit)))
         try:
             return [LockInfo._from_c(arr[i]) for i in range(n.value)]
         finally:
@@ -768,7 +926,7 @@ class Client:
         """Whether the server keeps dblock's promises (dblock_doctor)."""
         arr = ctypes.POINTER(_CFinding)()
         n = ctypes.c_size_t()
-        _check(lib.dblock_doctor(ctypes.byref(arr), ctypes.byref(n), self._handle()))
+        self._run(lambda c: _check(lib.dblock_doctor(ctypes.byref(arr), ctypes.byref(n), c)))
         try:
             return [Finding(_SEVERITIES[f.severity] if 0 <= f.severity < 4 else str(f.severity),
                             _text(f.topic), _text(f.text), _text(f.advice))
@@ -779,7 +937,7 @@ class Client:
     def stats(self) -> Stats:
         """The client's counters since it was opened (dblock_client_stats)."""
         s = _CStats()
-        _check(lib.dblock_client_stats(self._handle(), ctypes.byref(s), ctypes.sizeof(s)))
+        self._run(lambda c: _check(lib.dblock_client_stats(c, ctypes.byref(s), ctypes.sizeof(s))))
         v = {f: getattr(s, f) for f, _ in _CStats._fields_}
         v["wait_ms"] = tuple(s.wait_ms)
         return Stats(**v)
@@ -787,33 +945,37 @@ class Client:
     def force_unlock(self, name: str) -> int:
         """Frees name whoever holds it; returns the advanced fence."""
         f = ctypes.c_int64()
-        _check(lib.dblock_force_unlock(self._handle(), _name_bytes(name), ctypes.byref(f)))
+        self._call(lib.dblock_force_unlock, _name_bytes(name), ctypes.byref(f))
         return f.value
 
     def forget(self, name: str) -> None:
         """Deletes the row of a name nobody holds (NotHeld: no row; Busy: held)."""
-        _check(lib.dblock_forget(self._handle(), _name_bytes(name)))
+        self._call(lib.dblock_forget, _name_bytes(name))
 
     def reap(self, grace: float = 0.0) -> int:
         """One reaper pass; returns how many expired rows were deleted."""
         n = ctypes.c_int64()
-        _check(lib.dblock_reap(self._handle(), _ms(grace, "grace", zero_ok=True), 0, ctypes.byref(n)))
+        self._call(lib.dblock_reap, _ms(grace, "grace", zero_ok=True), 0, ctypes.byref(n))
         return n.value
 
     def cancel(self) -> None:
         """Cancels every wait of this client, now and until cancel_clear():
         they raise dblock.Canceled. Held locks are untouched."""
-        with self._cx:
-            self._user_cancel = True
-            lib.dblock_client_cancel(self._handle())
+        def cancel(c: int) -> None:
+            with self._cx:
+                self._user_cancel = True
+                self._c_cancelled = True
+                lib.dblock_client_cancel(c)
+        self._run(cancel)
 
     def cancel_clear(self) -> None:
         """Ends the cancelled state of cancel()."""
-        with self._cx:
-            self._user_cancel = False
-            if self._pending == 0:
-                lib.dblock_client_cancel_clear(self._handle())
-            self._cx.notify_all()
+        def clear(c: int) -> None:
+            with self._cx:
+                self._user_cancel = False
+                self._waits.pop(threading.get_ident(), None)  # (this thread waits for nothing)
+                self._settle()
+        self._run(clear)
 
     # -- internals
     def _check_pid(self) -> None:
@@ -823,11 +985,30 @@ class Client:
                 "(process %d): open a new Client in the child" % (self._pid, os.getpid()),
                 InvalidArgument.code)
 
-    def _handle(self) -> int:
+    def _run(self, fn: Callable[[int], Any]) -> Any:
+        """fn(the C client), counted as a call in flight so that close()
+        waits for it. (No context manager: a KeyboardInterrupt inside a
+        Python-level __enter__ could count a call that never ends; here
+        the count and the flag that undoes it change with nothing in
+        between that can raise.)"""
         self._check_pid()
-        if self._c is None:
-            raise InvalidArgument("the dblock.Client is closed", InvalidArgument.code)
-        return self._c
+        counted = False
+        try:
+            with self._cx:
+                if self._c is None or self._closing:
+                    raise InvalidArgument("the dblock.Client is closed", InvalidArgument.code)
+                self._calls += 1
+                counted = True
+                c = self._c
+            return fn(c)
+        finally:
+            if counted:
+                with self._cx:
+                    self._calls -= 1
+
+    def _call(self, fn: Callable[..., int], *args: Any) -> None:
+        """fn(the C client, *args), raising its failure."""
+        self._run(lambda c: _check(fn(c, *args)))
 
     def _held_add(self, lk: Lock) -> None:
         with self._cx:
@@ -853,74 +1034,99 @@ class Client:
             except Exception:
                 _log.exception("dblock: the client's on_lost callback raised")
 
-    def _cancel_wait(self, w: _Wait, by_signal: bool = False) -> None:
-        """Cancels the one wait w (if it is still waiting)."""
+    def _request(self, w: _Wait, by_signal: bool) -> None:
+        """Asks the one wait w to end: a task's cancel (sticky) or a
+        signal. Reaches it in C through dblock_client_cancel; between two
+        C calls, through the flag its loop reads."""
         with self._cx:
-            if w not in self._active or w.requested or self._c is None:
-                return
-            w.requested = True
-            w.by_signal = by_signal
-            self._pending += 1
-            lib.dblock_client_cancel(self._c)
+            if by_signal:
+                w.signalled = True
+            else:
+                w.cancel = True
+            if w.in_c and self._c is not None:
+                self._c_cancelled = True
+                lib.dblock_client_cancel(self._c)
 
-    def _wait_end(self, w: _Wait) -> None:
-        with self._cx:
-            self._active.discard(w)
-            if w.requested:
-                self._pending -= 1
-                if self._pending == 0 and not self._user_cancel and self._c is not None:
-                    lib.dblock_client_cancel_clear(self._c)
-                    self._cx.notify_all()
+    def _settle(self) -> None:
+        """Ends the C client's cancelled state once nothing needs it: no
+        wait in C asked to end, no cancel() and no close(). Caller holds
+        _cx."""
+        if not self._c_cancelled or self._user_cancel or self._closing or self._c is None:
+            return
+        if any(x.in_c and (x.cancel or x.signalled) for x in self._waits.values()):
+            return
+        lib.dblock_client_cancel_clear(self._c)
+        self._c_cancelled = False
 
     def _acquire(self, box: ctypes.c_void_p, bname: bytes, wait_ms: int, lease_ms: int,
-                 w: _Wait) -> None:
+                 w: _Wait) -> int:
         """dblock_lock_acquire with the Python side of waiting (see the
-        module's comment). On return box holds the handle; raises
-        otherwise."""
-        c = self._handle()
+        module's comment). On return box holds the handle and the grant's
+        fence is returned; raises otherwise."""
+        return self._run(lambda c: self._wait(c, box, bname, wait_ms, lease_ms, w))
+
+    def _wait(self, c: int, box: ctypes.c_void_p, bname: bytes, wait_ms: int, lease_ms: int,
+              w: _Wait) -> int:
+        """_acquire's loop, with the C client c counted as in flight."""
         deadline = None if wait_ms < 0 else time.monotonic() + wait_ms / 1000
-        watched = wait_ms != 0 and _SIGNALS.start(lambda: self._cancel_wait(w, by_signal=True))
+        tid = threading.get_ident()
+        with self._cx:
+            self._waits[tid] = w  # (replaces a stale entry of this thread's)
+            self._settle()
+        watched = wait_ms != 0 and _SIGNALS.start(lambda: self._request(w, by_signal=True))
         try:
             while True:
-                if deadline is None:
-                    left = -1
-                else:
-                    left = max(0, int((deadline - time.monotonic()) * 1000))
-                    if left == 0 and wait_ms != 0:
-                        left = 1  # (a retried wait whose time is up: one last short try)
+                if w.signalled:
+                    w.signalled = False
+                    if _check_signals() != 0:  # (raises what the handler raised)
+                        raise KeyboardInterrupt
                 with self._cx:
-                    self._active.add(w)
-                    w.requested = w.by_signal = False
+                    if w.cancel or self._closing:
+                        raise _errors.Canceled("the wait for %r was cancelled" % _text(bname),
+                                               _ECANCELED)
+                    if w.signalled:
+                        continue
+                    if deadline is None:
+                        left = -1
+                    else:
+                        left = max(0, int((deadline - time.monotonic()) * 1000))
+                        if left == 0 and wait_ms != 0:
+                            left = 1  # (a retried wait whose time is up: one short try)
+                    w.in_c = True
                 try:
                     rc = lib.dblock_lock_acquire(ctypes.byref(box), c, bname, left, lease_ms)
                     if rc != 0:
                         info = ErrorInfo()
                         lib.dblock_last_error(ctypes.byref(info))
                 finally:
-                    self._wait_end(w)
+                    w.in_c = False  # (first: nothing can interrupt it)
+                    with self._cx:
+                        self._settle()
                 if rc == 0:
-                    return
-                if rc == _ECANCELED and w.requested:
-                    if not w.by_signal:
-                        raise _errors.Canceled("the wait for %r was cancelled" % _text(bname),
-                                               _ECANCELED)
-                    if _check_signals() != 0:  # (raises what the handler raised)
-                        raise KeyboardInterrupt
-                    continue  # a handler that raised nothing: wait on
+                    return int(lib.dblock_lock_fence(box.value))
+                if rc == _ECANCELED and (w.signalled or w.cancel or self._closing):
+                    continue  # (the loop's top says which)
                 if rc == _ECANCELED and not self._user_cancel:
                     # another wait's cancel cut this one: wait it out, go on
-                    with self._cx:
-                        self._cx.wait_for(lambda: self._pending == 0 or self._user_cancel,
-                                          None if deadline is None else
-                                          max(0.05, deadline - time.monotonic()))
+                    while True:
+                        with self._cx:
+                            self._settle()
+                            if not self._c_cancelled or w.cancel or w.signalled or \
+                                    self._closing or self._user_cancel:
+                                break
+                        if deadline is not None and time.monotonic() >= deadline:
+                            raise _errors.Timeout("timed out waiting for %r" % _text(bname),
+                                                  _errors.Timeout.code)
+                        time.sleep(0.002)
                     continue
                 if rc == _EBUSY and wait_ms != 0:
                     rc = _errors.Timeout.code  # (the retried wait's last try)
                     info.code = 0
-                if info.code == rc and info.message:
-                    raise _errors.from_code(rc, _text(info.message),
-                                            info.sqlstate.decode("ascii", "replace"), info.native)
-                raise _errors.from_code(rc, lib.dblock_strerror(rc).decode())
+                _raise_info(rc, info)
         finally:
             if watched:
                 _SIGNALS.stop()
+            with self._cx:
+                if self._waits.get(tid) is w:
+                    del self._waits[tid]
+                self._settle()

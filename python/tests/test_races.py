@@ -1,0 +1,243 @@
+"""Interleavings a hostile review found (each failed, or crashed the
+interpreter, on the binding before its fix): a client closed while
+another thread waits, a handle read while another thread releases it, one
+Lock object raced by two threads, signals in rapid fire, a task's cancel
+arriving between two C calls, a release from inside on_lost, a task
+cancelled after its grant. SQLite (and the default strategy) is enough:
+the races are the binding's own."""
+import asyncio
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+import dblock
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+def test_close_while_another_thread_waits(url, name, clients):
+    holder = clients(url)
+    c = dblock.Client(url)
+    out = []
+    with holder.lock(name):
+        def wait():
+            try:
+                c.lock(name).acquire()
+                out.append("granted")
+            except dblock.Error as e:
+                out.append(type(e).__name__)
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.2)
+        c.close()  # (crashed the interpreter: the waiter used the freed client)
+        t.join(5)
+    assert out == ["Canceled"]
+    with pytest.raises(dblock.InvalidArgument):
+        c.lock(name)
+
+
+def test_read_a_handle_while_its_owner_releases(url, name, clients):
+    c = clients(url)
+    lk = c.lock(name)
+    stop = threading.Event()
+
+    wrong = []
+
+    def poll():
+        while not stop.is_set():
+            try:
+                lk.lost
+                lk.expires_at
+            except dblock.NotHeld:
+                pass
+            except dblock.Error as e:  # (anything else: the test has failed)
+                wrong.append(e)
+
+    t = threading.Thread(target=poll)
+    t.start()
+    try:
+        for _ in range(3000):  # (a use after free crashed within a few hundred)
+            lk.acquire()
+            lk.release()
+    finally:
+        stop.set()
+        t.join()
+    assert not wrong, wrong[:3]
+
+
+def test_one_lock_object_raced_by_two_threads(url, name, clients):
+    """The second thread is refused; no hold is left behind."""
+    c = clients(url)
+    other = clients(url)
+    lk = c.lock(name)
+    errors = []
+    barrier = threading.Barrier(2)
+
+    def use():
+        barrier.wait()
+        for _ in range(200):
+            try:
+                with lk:
+                    pass
+            except dblock.InvalidArgument as e:
+                errors.append(e)
+
+    ts = [threading.Thread(target=use) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors and "another thread" in str(errors[0])
+    assert not lk.held
+    assert other.lock(name).acquire(blocking=False) is True, "a hold was left behind"
+
+
+def test_rapid_signals_never_wedge_the_client(url, name, clients):
+    """SIGINT every few ms while the main thread keeps waiting: afterwards
+    the client's waits still work (a lost count once left it cancelled for
+    good: every wait then spun or hung)."""
+    holder = clients(url)
+    c = clients(url)
+    holder.lock(name).acquire()
+    armed = [True]
+
+    def handler(s, f):
+        if armed[0]:
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, handler)
+    stop = threading.Event()
+
+    def killer():
+        while not stop.is_set():
+            time.sleep(random.random() * 0.003)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    k = threading.Thread(target=killer, daemon=True)
+    k.start()
+    interrupted = 0
+    try:
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            try:
+                try:
+                    c.lock(name, wait=0.01).acquire()
+                except KeyboardInterrupt:
+                    interrupted += 1
+            except KeyboardInterrupt:
+                interrupted += 1
+    finally:
+        armed[0] = False
+        stop.set()
+        k.join()
+        signal.signal(signal.SIGINT, old)
+    assert interrupted > 10
+    t0 = time.monotonic()
+    assert c.lock(name).acquire(timeout=0.3) is False
+    assert time.monotonic() - t0 < 1.5
+    assert c.lock(name + "-free").acquire(blocking=False) is True
+
+
+def test_a_tasks_cancel_between_two_c_calls_is_kept(url, name, clients):
+    """Cancelling task A cuts B's wait in C too (the C cancel is per
+    client); B's own cancel, arriving while B is between two C calls, must
+    still end B at once."""
+    holder = clients(url)
+    c = clients(url)
+    holder.lock(name).acquire()
+
+    async def main():
+        slow = 0
+        for _ in range(80):
+            ta = asyncio.ensure_future(c.lock(name, wait=3).acquire_async())
+            tb = asyncio.ensure_future(c.lock(name, wait=3).acquire_async())
+            await asyncio.sleep(0.03)
+            t0 = time.monotonic()
+            ta.cancel()
+            await asyncio.sleep(0)
+            time.sleep(random.random() * 0.004)
+            tb.cancel()
+            for t in (ta, tb):
+                try:
+                    await t
+                except BaseException:
+                    pass
+            if time.monotonic() - t0 > 1:
+                slow += 1
+        return slow
+
+    assert asyncio.run(main()) == 0
+
+
+def test_release_inside_on_lost_of_an_asyncio_lock(url, name, clients):
+    """It raises Deadlock instead of hanging the client (the hold thread
+    would wait in C for the callback that waits for it)."""
+    seen = []
+    c = clients(url, lease=1.0)
+    admin = clients(url)
+
+    def on_lost(lk):
+        try:
+            lk.release()
+            seen.append("released")
+        except dblock.Deadlock:
+            seen.append("Deadlock")
+
+    async def main():
+        lk = c.lock(name, on_lost=on_lost)
+        await lk.acquire_async()
+        admin.force_unlock(name)
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(dblock.Lost):
+            await asyncio.wait_for(lk.release_async(), 5)
+
+    asyncio.run(main())
+    assert seen == ["Deadlock"]
+
+
+def test_a_task_cancelled_after_its_grant_leaves_no_thread(url, name, clients):
+    c = clients(url)
+
+    def holds():
+        return sum(t.name.startswith("dblock-hold") for t in threading.enumerate())
+
+    before = holds()
+
+    async def main():
+        cancelled = 0
+        for i in range(60):
+            lk = c.lock("%s-%d" % (name, i))
+            t = asyncio.ensure_future(lk.acquire_async())
+            await asyncio.sleep(0.0005 * (i % 4))
+            t.cancel()
+            try:
+                await t
+            except asyncio.CancelledError:
+                cancelled += 1
+                assert not lk.held
+            if lk.held:  # (granted before the cancel reached it: released here)
+                await lk.release_async()
+        assert cancelled > 0
+
+    asyncio.run(main())
+    time.sleep(0.3)
+    assert holds() == before
+    assert all(not i.held for i in c.list() if i.name.startswith(name))
+
+
+def test_options_that_c_would_read_otherwise(url):
+    for kw in ({"table": "dblock_locks\0; DROP TABLE x"}, {"pool_size": 2 ** 32 + 1},
+               {"owner_host": "a\0b"}, {"strategy": "\ud800"}):
+        with pytest.raises(dblock.InvalidArgument):
+            dblock.Client(url, **kw)
+    with pytest.raises(dblock.InvalidArgument):
+        dblock.Client(url + "\0x")
+    with pytest.raises(dblock.InvalidArgument):
+        dblock.Client("sqlite:///tmp/\ud800.db")
