@@ -198,52 +198,63 @@ class _SignalWatch:
         self._mu = threading.Lock()
         self._r = self._w = -1
         self._old = -1
-        self._on: Optional[Callable[[], None]] = None
+        # (nested waits on the main thread — one in a signal handler that
+        # ran during another — stack; the innermost is the one in C)
+        self._on: List[Callable[[], None]] = []
         self._thread: Optional[threading.Thread] = None
+        self._thread_pid = 0
 
     def start(self, on_signal: Callable[[], None]) -> bool:
         """From the main thread only; False when signals cannot be watched
-        (another thread, a subinterpreter)."""
+        (another thread, a subinterpreter). Each True is paired with one
+        stop()."""
         if threading.current_thread() is not threading.main_thread():
             return False
         with self._mu:
-            if self._r < 0:
+            if self._r < 0 or self._thread_pid != os.getpid():
                 self._r, self._w = os.pipe()
                 os.set_blocking(self._r, False)
                 os.set_blocking(self._w, False)
-            if self._thread is None or not self._thread.is_alive() or self._thread_pid != os.getpid():
-                self._thread = threading.Thread(target=self._run, name="dblock-signals", daemon=True)
+                self._on = []
+                self._thread = threading.Thread(target=self._run, args=(self._r,),
+                                                name="dblock-signals", daemon=True)
                 self._thread_pid = os.getpid()
                 self._thread.start()
+            if self._on:
+                self._on.append(on_signal)
+                return True
         try:
             old = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
         except (ValueError, OSError):
             return False
         with self._mu:
-            self._old = old if old != self._w else -1
-            self._on = on_signal
+            self._old = old
+            self._on.append(on_signal)
         return True
 
     def stop(self) -> None:
         with self._mu:
-            self._on = None
+            self._on.pop()
+            if self._on:
+                return
             old = self._old
         try:
+            # (the flag it had is not readable: asyncio's, which sets one, uses False)
             signal.set_wakeup_fd(old, warn_on_full_buffer=False)
         except (ValueError, OSError):
             pass
 
-    def _run(self) -> None:
+    def _run(self, r: int) -> None:
         while True:
             try:
-                select.select([self._r], [], [])
-                data = os.read(self._r, 512)
+                select.select([r], [], [])
+                data = os.read(r, 512)
             except BlockingIOError:
                 continue
             except OSError:
                 return
             with self._mu:
-                on, old = self._on, self._old
+                on, old = (self._on[-1] if self._on else None), self._old
             if old >= 0:
                 try:
                     os.write(old, data)

@@ -241,3 +241,32 @@ def test_options_that_c_would_read_otherwise(url):
         dblock.Client(url + "\0x")
     with pytest.raises(dblock.InvalidArgument):
         dblock.Client("sqlite:///tmp/\ud800.db")
+
+
+def test_a_wait_inside_a_signal_handler_keeps_the_wakeup_fd(url, name, clients):
+    """A handler that itself waits (nested on the main thread) ends its
+    wait; the outer wait goes on and is granted; the interpreter's wake-up
+    fd is the one set before (asyncio's, say) afterwards."""
+    holder = clients(url)
+    c = clients(url)
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    before = signal.set_wakeup_fd(w)
+    inner = []
+    old = signal.signal(signal.SIGUSR1,
+                        lambda s, f: inner.append(c.lock(name + "-h").acquire(timeout=0.1)))
+    try:
+        with holder.lock(name + "-h"):
+            lk = holder.lock(name)
+            lk.acquire()
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+            threading.Timer(0.6, lk.release).start()
+            with c.lock(name, wait=10.0):
+                pass
+        assert inner == [False]
+        assert signal.set_wakeup_fd(before) == w, "the wake-up fd set before was not restored"
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+        signal.set_wakeup_fd(before)
+        os.close(r)
+        os.close(w)
