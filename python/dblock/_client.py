@@ -493,8 +493,6 @@ class Lock:
                 except Exception:
                     _log.exception("dblock: releasing %r after its task was cancelled", self)
             raise
-        except BaseException:
-            raise
         if self._cancel_on_lost:
             self._task = (loop, asyncio.current_task())  # type: ignore[assignment]
 
