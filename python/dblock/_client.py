@@ -42,7 +42,6 @@ import ctypes
 import datetime
 import logging
 import os
-import queue
 import re
 import select
 import signal
@@ -51,7 +50,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from . import _errors
 from ._errors import Error, InvalidArgument
@@ -228,13 +227,16 @@ class _SignalWatch:
         except (ValueError, OSError):
             return False
         with self._mu:
-            self._old = old
+            # (our own pipe: a stop() cut short by an interrupt; the fd set
+            # before that is not known any more)
+            self._old = -1 if old == self._w else old
             self._on.append(on_signal)
         return True
 
     def stop(self) -> None:
         with self._mu:
-            self._on.pop()
+            if self._on:
+                self._on.pop()
             if self._on:
                 return
             old = self._old
@@ -255,7 +257,7 @@ class _SignalWatch:
                 return
             with self._mu:
                 on, old = (self._on[-1] if self._on else None), self._old
-            if old >= 0:
+            if old >= 0 and old != self._w:
                 try:
                     os.write(old, data)
                 except OSError:
@@ -273,12 +275,13 @@ class _Wait:
     signal arrived during it (handled, then cleared); in_c: it is inside
     dblock_lock_acquire now, so a request needs the C cancel to reach it.
     All three are read and written under the client's _cx."""
-    __slots__ = ("cancel", "signalled", "in_c")
+    __slots__ = ("cancel", "signalled", "in_c", "tid")
 
     def __init__(self) -> None:
         self.cancel = False
         self.signalled = False
         self.in_c = False
+        self.tid = 0
 
 
 _tls = threading.local()
@@ -494,7 +497,10 @@ class Lock:
                     _log.exception("dblock: releasing %r after its task was cancelled", self)
             raise
         if self._cancel_on_lost:
-            self._task = (loop, asyncio.current_task())  # type: ignore[assignment]
+            task = asyncio.current_task()
+            self._task = (loop, task)  # type: ignore[assignment]
+            if self._lost_told and task is not None:  # (lost before the task resumed)
+                loop.call_soon(task.cancel)
 
     async def release_async(self) -> None:
         """asyncio release (the round trip runs off the event loop)."""
@@ -518,14 +524,15 @@ class Lock:
 
     def _end(self, h: Optional[int], fence: int = 0) -> None:
         """Ends the acquire: the handle granted and its fence (or None)."""
-        with self._mu:
+        if h is None:
             self._busy = False
-            if h is not None:
-                self._h = h
-                self._fence = fence
-                self._lost_told = False
-        if h is not None:
-            self._client._held_add(self)
+            return
+        self._fence = fence
+        self._lost_told = False
+        self._client._held_add(self)  # (first: on_lost finds it once it is held)
+        with self._mu:
+            self._h = h
+            self._busy = False
 
     def _acquire_here(self, wait_ms: int) -> None:
         self._begin()
@@ -544,6 +551,7 @@ class Lock:
             done = True
         finally:
             if not done:
+                self._busy = False  # (first: a second interrupt must not leave it claimed)
                 if box.value and self._h != box.value:
                     try:
                         self._client._run(lambda c: lib.dblock_lock_release(box.value))
@@ -556,6 +564,7 @@ class Lock:
         release holds it right now. (`with` on the C-level lock, not
         acquire + try: a KeyboardInterrupt between those would leave it
         held.)"""
+        self._client._check_pid()  # (a mutex copied held by fork would hang the child)
         if _in_callback():  # (never the main thread: no KeyboardInterrupt here)
             if not self._mu.acquire(blocking=False):
                 raise _deadlock("Lock.%s while another thread releases it" % what)
@@ -580,6 +589,7 @@ class Lock:
         return self._locked(call, what or "lost")
 
     def _call_owner(self, fn: Callable[[], Any]) -> Any:
+        self._client._check_pid()  # (a forked child has no hold thread to wait for)
         holder = self._holder
         if holder is None or threading.current_thread() is holder:
             return fn()
@@ -592,11 +602,14 @@ class Lock:
         info = ErrorInfo()
 
         def release(c: int) -> int:
-            rc = lib.dblock_lock_release(self._h)
+            # (dropped before the call frees it: a KeyboardInterrupt right
+            # after the call must not leave a freed handle behind)
+            h, self._h = self._h, None
+            rc = lib.dblock_lock_release(h)
             if rc != 0:
                 lib.dblock_last_error(ctypes.byref(info))
-            if rc != _errors.Deadlock.code:  # (EDEADLK: from on_lost; the handle stays)
-                self._h = None
+            if rc == _errors.Deadlock.code:  # (EDEADLK: from on_lost; the handle stays)
+                self._h = h
             return rc
 
         def locked() -> int:
@@ -636,7 +649,9 @@ class _Holder(threading.Thread):
     """The thread that takes an asyncio acquire's hold and keeps it: it
     waits in C for the grant, then runs the hold's owner calls (renew,
     release) until the release, so the hold's thread id cannot be reused
-    by another acquire while it lasts."""
+    by another acquire while it lasts. A call submitted once it has ended
+    (the acquire failed, the hold was released, the client closed) fails
+    with NotHeld instead of waiting for ever."""
 
     def __init__(self, lk: Lock, wait_ms: int, w: _Wait) -> None:
         super().__init__(name="dblock-hold:" + lk.name, daemon=True)
@@ -644,8 +659,10 @@ class _Holder(threading.Thread):
         self._wait_ms = wait_ms
         self._w = w
         self.granted: concurrent.futures.Future = concurrent.futures.Future()  # type: ignore[type-arg]
-        self._calls: "queue.SimpleQueue[Optional[Tuple[Callable[[], Any], concurrent.futures.Future]]]" = \
-            queue.SimpleQueue()  # type: ignore[type-arg]
+        self._mu = threading.Lock()
+        self._ended = False
+        self._calls: List[Tuple[Callable[[], Any], concurrent.futures.Future]] = []  # type: ignore[type-arg]
+        self._more = threading.Semaphore(0)
 
     def run(self) -> None:
         try:
@@ -654,25 +671,47 @@ class _Holder(threading.Thread):
             if self._lk._holder is self:
                 self._lk._holder = None
             self.granted.set_exception(e)
+            self._end()
             return
         self.granted.set_result(None)
         while True:
-            item = self._calls.get()
-            if item is None:
-                return
-            fn, f = item
+            self._more.acquire()
+            with self._mu:
+                if not self._calls:
+                    break  # (finish())
+                fn, f = self._calls.pop(0)
             try:
                 f.set_result(fn())
             except BaseException as e:
                 f.set_exception(e)
+        self._end()
+
+    def _end(self) -> None:
+        """No more calls: those still queued fail."""
+        with self._mu:
+            self._ended = True
+            left, self._calls = self._calls, []
+        for _, f in left:
+            f.set_exception(_errors.NotHeld("lock %r: its hold has ended" % self._lk.name,
+                                            _errors.NotHeld.code))
 
     def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:  # type: ignore[type-arg]
         f: concurrent.futures.Future = concurrent.futures.Future()  # type: ignore[type-arg]
-        self._calls.put((fn, f))
+        with self._mu:
+            if not self._ended:
+                self._calls.append((fn, f))
+                self._more.release()
+                return f
+        f.set_exception(_errors.NotHeld("lock %r: its hold has ended" % self._lk.name,
+                                        _errors.NotHeld.code))
         return f
 
     def finish(self) -> None:
-        self._calls.put(None)
+        """Ends the thread after the calls queued so far."""
+        with self._mu:
+            if not self._ended:
+                self._ended = True
+                self._more.release()
 
 
 def _raise_info(rc: int, info: ErrorInfo) -> None:
@@ -804,11 +843,11 @@ class Client:
         # Python-level __enter__ after the acquire would leave it held; the
         # few waits on it poll instead)
         self._cx = threading.Lock()
-        self._waits: Dict[int, _Wait] = {}  # by thread: one wait per thread at a time
+        self._waits: Set[_Wait] = set()  # (a set: waits nest on one thread, in a signal handler)
         self._c_cancelled = False  # dblock_client_cancel called, not yet cleared
         self._user_cancel = False
         self._closing = False
-        self._calls = 0  # C calls in flight on this client
+        self._calls: Dict[int, int] = {}  # C calls in flight on this client, by thread
         box = ctypes.c_void_p()
         _check(lib.dblock_client_open(ctypes.byref(box), burl, ctypes.byref(o)))
         self._c = box.value
@@ -834,36 +873,41 @@ class Client:
     def close(self) -> None:
         """Frees the client (dblock_client_free) once the calls in flight on
         other threads have ended — waits are cancelled (they raise
-        Canceled), other calls end within the call limit. Leased locks still
-        held expire, for_update ones end with their sessions; their Lock
-        objects become unusable. Losses not yet told are told first.
-        Calling it again does nothing."""
+        Canceled), other calls end within the call limit; called where a
+        call of this thread is in flight (a signal handler), the last one
+        to end frees it. Leased locks still held expire, for_update ones
+        end with their sessions; their Lock objects become unusable. Losses
+        not yet told are told first. Calling it again does nothing."""
         if self._pid != os.getpid() or getattr(self, "_cx", None) is None:
             return  # (a forked child's copy: the parent's to free; or never opened)
         if _in_callback():
             raise _deadlock("Client.close")
+        me = threading.get_ident()
         with self._cx:
-            c = self._c
-            if c is None or self._closing:
+            if self._c is None:
                 return
-            self._closing = True
+            self._closing = True  # (new calls refused; the last _run frees)
             if self._waits:
                 self._c_cancelled = True
-                lib.dblock_client_cancel(c)
-        give_up = time.monotonic() + 60
+                lib.dblock_client_cancel(self._c)
         while True:  # (the calls in flight end: waits are cancelled, calls are bounded)
             with self._cx:
-                if self._calls == 0:
+                if not self._calls:
                     break
-            if time.monotonic() > give_up:
-                _log.warning("dblock: Client.close: calls still in flight after 60 s; the C client "
-                             "is left allocated rather than freed under them")
-                return
+                if set(self._calls) == {me}:
+                    return  # (this thread's own calls: the last of them frees)
             time.sleep(0.002)
+        self._free()
+
+    def _free(self) -> None:
+        """dblock_client_free, once: by close() or by the last call in
+        flight after it."""
         with self._cx:
+            c, self._c = self._c, None
+            if c is None:
+                return
             held = [lk for locks in self._held.values() for lk in locks]
             self._held.clear()
-            self._c = None
         _open_clients.discard(self)
         for lk in held:
             lk._h = None
@@ -982,7 +1026,6 @@ class Client:
         def clear(c: int) -> None:
             with self._cx:
                 self._user_cancel = False
-                self._waits.pop(threading.get_ident(), None)  # (this thread waits for nothing)
                 self._settle()
         self._run(clear)
 
@@ -1001,19 +1044,27 @@ class Client:
         the count and the flag that undoes it change with nothing in
         between that can raise.)"""
         self._check_pid()
+        me = threading.get_ident()
         counted = False
         try:
             with self._cx:
                 if self._c is None or self._closing:
                     raise InvalidArgument("the dblock.Client is closed", InvalidArgument.code)
-                self._calls += 1
+                self._calls[me] = self._calls.get(me, 0) + 1
                 counted = True
                 c = self._c
             return fn(c)
         finally:
             if counted:
                 with self._cx:
-                    self._calls -= 1
+                    n = self._calls[me] - 1
+                    if n:
+                        self._calls[me] = n
+                    else:
+                        del self._calls[me]
+                    last = self._closing and not self._calls
+                if last and not _in_callback():
+                    self._free()
 
     def _call(self, fn: Callable[..., int], *args: Any) -> None:
         """fn(the C client, *args), raising its failure."""
@@ -1062,7 +1113,7 @@ class Client:
         _cx."""
         if not self._c_cancelled or self._user_cancel or self._closing or self._c is None:
             return
-        if any(x.in_c and (x.cancel or x.signalled) for x in self._waits.values()):
+        if any(x.in_c and (x.cancel or x.signalled) for x in self._waits):
             return
         lib.dblock_client_cancel_clear(self._c)
         self._c_cancelled = False
@@ -1078,9 +1129,15 @@ class Client:
               w: _Wait) -> int:
         """_acquire's loop, with the C client c counted as in flight."""
         deadline = None if wait_ms < 0 else time.monotonic() + wait_ms / 1000
-        tid = threading.get_ident()
+        w.tid = threading.get_ident()
         with self._cx:
-            self._waits[tid] = w  # (replaces a stale entry of this thread's)
+            # (a wait of this thread's that is not over is not in C either:
+            # this one runs in a signal handler that interrupted it right
+            # after its C call returned)
+            for x in self._waits:
+                if x.tid == w.tid:
+                    x.in_c = False
+            self._waits.add(w)
             self._settle()
         watched = wait_ms != 0 and _SIGNALS.start(lambda: self._request(w, by_signal=True))
         try:
@@ -1117,13 +1174,18 @@ class Client:
                     continue  # (the loop's top says which)
                 if rc == _ECANCELED and not self._user_cancel:
                     # another wait's cancel cut this one: wait it out, go on
+                    # (a try waits for it too, up to 1 s, then tries)
+                    until = deadline if wait_ms != 0 else time.monotonic() + 1
                     while True:
                         with self._cx:
                             self._settle()
                             if not self._c_cancelled or w.cancel or w.signalled or \
                                     self._closing or self._user_cancel:
                                 break
-                        if deadline is not None and time.monotonic() >= deadline:
+                        if until is not None and time.monotonic() >= until:
+                            if wait_ms == 0:
+                                raise _errors.Busy("%r: not tried, another wait's cancel lasted "
+                                                   "1 s" % _text(bname), _EBUSY)
                             raise _errors.Timeout("timed out waiting for %r" % _text(bname),
                                                   _errors.Timeout.code)
                         time.sleep(0.002)
@@ -1136,6 +1198,5 @@ class Client:
             if watched:
                 _SIGNALS.stop()
             with self._cx:
-                if self._waits.get(tid) is w:
-                    del self._waits[tid]
+                self._waits.discard(w)
                 self._settle()

@@ -118,6 +118,8 @@ def test_rapid_signals_never_wedge_the_client(url, name, clients):
             os.kill(os.getpid(), signal.SIGINT)
 
     k = threading.Thread(target=killer, daemon=True)
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
     k.start()
     interrupted = 0
     try:
@@ -136,6 +138,7 @@ def test_rapid_signals_never_wedge_the_client(url, name, clients):
         k.join()
         signal.signal(signal.SIGINT, old)
     assert interrupted > 10
+    assert signal.set_wakeup_fd(fd) == fd, "the wake-up fd was left changed"
     t0 = time.monotonic()
     assert c.lock(name).acquire(timeout=0.3) is False
     assert time.monotonic() - t0 < 1.5
@@ -270,3 +273,160 @@ def test_a_wait_inside_a_signal_handler_keeps_the_wakeup_fd(url, name, clients):
         signal.set_wakeup_fd(before)
         os.close(r)
         os.close(w)
+
+
+def test_ctrl_c_during_a_release_leaves_no_freed_handle(url, name, clients, tmp_dir):
+    """A KeyboardInterrupt right after the C release (held up here by a
+    SQLite writer) once left the object pointing at the freed handle: the
+    next property read or release crashed."""
+    import sqlite3
+    c = clients(url)
+    other = clients(url)
+    lk = c.lock(name)
+    lk.acquire()
+    db = sqlite3.connect(url[len("sqlite://"):], isolation_level=None, check_same_thread=False)
+    db.execute("BEGIN IMMEDIATE")  # (the release waits for this writer)
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    threading.Timer(0.5, db.commit).start()
+    with pytest.raises(KeyboardInterrupt):
+        lk.release()
+        time.sleep(5)  # (the interrupt lands after the release returned)
+    db.close()
+    assert not lk.held
+    with pytest.raises(dblock.NotHeld):
+        lk.hold_count
+    with pytest.raises(dblock.NotHeld):
+        lk.release()
+    assert other.lock(name).acquire(timeout=2.0) is True
+
+
+def test_close_from_a_signal_handler_during_a_wait(url, name, clients):
+    """The handler's close() cannot wait for the wait it interrupted: the
+    wait ends (Canceled) and the last call to end frees the client."""
+    holder = clients(url)
+    c = dblock.Client(url)
+    old = signal.signal(signal.SIGUSR1, lambda s, f: c.close())
+    try:
+        with holder.lock(name):
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+            t0 = time.monotonic()
+            with pytest.raises(dblock.Canceled):
+                c.lock(name).acquire()
+            assert time.monotonic() - t0 < 2
+        assert c._c is None, "the client was not freed"
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+
+
+def test_close_from_another_thread_after_a_nested_wait(url, name, clients):
+    """A wait inside a signal handler once hid the outer wait from close():
+    close() gave up after 60 s and the outer wait was later granted on a
+    closed client."""
+    holder = clients(url)
+    c = dblock.Client(url)
+    inner = []
+    old = signal.signal(signal.SIGUSR1,
+                        lambda s, f: inner.append(c.lock(name + "-h").acquire(blocking=False)))
+    try:
+        with holder.lock(name):
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1)).start()
+            closer = threading.Timer(0.5, c.close)
+            closer.start()
+            t0 = time.monotonic()
+            with pytest.raises(dblock.Canceled):
+                c.lock(name).acquire()
+            closer.join(5)
+            assert not closer.is_alive() and time.monotonic() - t0 < 3
+        assert inner == [True] and c._c is None
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+
+
+def test_a_try_is_tried_while_other_waits_are_cancelled(url, name, clients):
+    """Tries on a free name while another thread's asyncio loop keeps
+    cancelling waiting tasks of the same client: every try is granted
+    (they once failed, untried, 4 times in 5)."""
+    holder = clients(url)
+    c = clients(url)
+    holder.lock(name).acquire()
+    stop = threading.Event()
+
+    def storm():
+        async def main():
+            while not stop.is_set():
+                t = asyncio.ensure_future(c.lock(name).acquire_async())
+                await asyncio.sleep(0.002)
+                t.cancel()
+                try:
+                    await t
+                except BaseException:
+                    pass
+        asyncio.run(main())
+
+    th = threading.Thread(target=storm)
+    th.start()
+    try:
+        granted = 0
+        for i in range(300):
+            lk = c.lock("%s-free" % name)
+            if lk.acquire(blocking=False):
+                granted += 1
+                lk.release()
+    finally:
+        stop.set()
+        th.join(10)
+    assert granted == 300
+
+
+def test_release_while_an_asyncio_acquire_fails(url, name, clients):
+    """A release asked of a hold thread whose acquire then times out gets
+    NotHeld instead of waiting for ever."""
+    holder = clients(url)
+    c = clients(url)
+    out = []
+    with holder.lock(name):
+        lk = c.lock(name)
+
+        async def main():
+            t = asyncio.ensure_future(lk.acquire_async(timeout=0.5))
+            await asyncio.sleep(0.1)
+            th = threading.Thread(target=lambda: out.append(
+                pytest.raises(dblock.NotHeld, lk.release)))
+            th.start()
+            with pytest.raises(dblock.Timeout):
+                await t
+            await asyncio.get_running_loop().run_in_executor(None, th.join, 5)
+            return th.is_alive()
+
+        assert asyncio.run(main()) is False
+    assert out
+
+
+def _child_releases(lk, q):
+    try:
+        lk.release()
+        q.put("no error")
+    except dblock.Error as e:
+        q.put(type(e).__name__)
+
+
+def test_forked_child_releasing_an_asyncio_lock_gets_an_error(url, name, clients):
+    import multiprocessing
+    c = clients(url)
+    lk = c.lock(name)
+
+    async def take():
+        await lk.acquire_async()
+
+    asyncio.run(take())
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_releases, args=(lk, q))
+    p.start()
+    p.join(10)
+    alive = p.is_alive()
+    if alive:
+        p.kill()
+    assert not alive, "the child hung"
+    assert q.get(timeout=1) == "InvalidArgument"
+    lk.release()
