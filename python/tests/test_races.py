@@ -57,15 +57,19 @@ def test_read_a_handle_while_its_owner_releases(url, name, clients):
             except dblock.Error as e:  # (anything else: the test has failed)
                 wrong.append(e)
 
+    import sys
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0002)  # (the threads interleave often, and no GIL wait is 5 ms)
     t = threading.Thread(target=poll)
     t.start()
     try:
-        for _ in range(3000):  # (a use after free crashed within a few hundred)
+        for _ in range(1500):  # (a use after free crashed within a few hundred)
             lk.acquire()
             lk.release()
     finally:
         stop.set()
         t.join()
+        sys.setswitchinterval(interval)
     assert not wrong, wrong[:3]
 
 
