@@ -3,8 +3,9 @@ interpreter, on the binding before its fix): a client closed while
 another thread waits, a handle read while another thread releases it, one
 Lock object raced by two threads, signals in rapid fire, a task's cancel
 arriving between two C calls, a release from inside on_lost, a task
-cancelled after its grant. SQLite (and the default strategy) is enough:
-the races are the binding's own."""
+cancelled after its grant. One backend each (the default strategy) is
+enough: the races are the binding's own; they are spread over the three
+so that the suite's shards take about as long as one another."""
 import asyncio
 import os
 import random
@@ -16,9 +17,12 @@ import pytest
 
 import dblock
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
+
+def on(backend):
+    return pytest.mark.parametrize("backend", [backend])
 
 
+@on('postgres')
 def test_close_while_another_thread_waits(url, name, clients):
     holder = clients(url)
     c = dblock.Client(url)
@@ -40,6 +44,7 @@ def test_close_while_another_thread_waits(url, name, clients):
         c.lock(name)
 
 
+@on('sqlite')
 def test_read_a_handle_while_its_owner_releases(url, name, clients):
     c = clients(url)
     lk = c.lock(name)
@@ -73,6 +78,7 @@ def test_read_a_handle_while_its_owner_releases(url, name, clients):
     assert not wrong, wrong[:3]
 
 
+@on('mysql')
 def test_one_lock_object_raced_by_two_threads(url, name, clients):
     """The second thread is refused; no hold is left behind."""
     c = clients(url)
@@ -100,6 +106,7 @@ def test_one_lock_object_raced_by_two_threads(url, name, clients):
     assert other.lock(name).acquire(blocking=False) is True, "a hold was left behind"
 
 
+@on('sqlite')
 def test_rapid_signals_never_wedge_the_client(url, name, clients):
     """SIGINT every few ms while the main thread keeps waiting: afterwards
     the client's waits still work (a lost count once left it cancelled for
@@ -149,6 +156,7 @@ def test_rapid_signals_never_wedge_the_client(url, name, clients):
     assert c.lock(name + "-free").acquire(blocking=False) is True
 
 
+@on('mysql')
 def test_a_tasks_cancel_between_two_c_calls_is_kept(url, name, clients):
     """Cancelling task A cuts B's wait in C too (the C cancel is per
     client); B's own cancel, arriving while B is between two C calls, must
@@ -180,6 +188,7 @@ def test_a_tasks_cancel_between_two_c_calls_is_kept(url, name, clients):
     assert asyncio.run(main()) == 0
 
 
+@on('mysql')
 def test_release_inside_on_lost_of_an_asyncio_lock(url, name, clients):
     """It raises Deadlock instead of hanging the client (the hold thread
     would wait in C for the callback that waits for it)."""
@@ -209,6 +218,7 @@ def test_release_inside_on_lost_of_an_asyncio_lock(url, name, clients):
     assert seen == ["Deadlock"]
 
 
+@on('mysql')
 def test_a_task_cancelled_after_its_grant_leaves_no_thread(url, name, clients):
     c = clients(url)
 
@@ -239,6 +249,7 @@ def test_a_task_cancelled_after_its_grant_leaves_no_thread(url, name, clients):
     assert all(not i.held for i in c.list() if i.name.startswith(name))
 
 
+@on('sqlite')
 def test_options_that_c_would_read_otherwise(url):
     for kw in ({"table": "dblock_locks\0; DROP TABLE x"}, {"pool_size": 2 ** 32 + 1},
                {"owner_host": "a\0b"}, {"strategy": "\ud800"}):
@@ -250,6 +261,7 @@ def test_options_that_c_would_read_otherwise(url):
         dblock.Client("sqlite:///tmp/\ud800.db")
 
 
+@on('postgres')
 def test_a_wait_inside_a_signal_handler_keeps_the_wakeup_fd(url, name, clients):
     """A handler that itself waits (nested on the main thread) ends its
     wait; the outer wait goes on and is granted; the interpreter's wake-up
@@ -279,6 +291,7 @@ def test_a_wait_inside_a_signal_handler_keeps_the_wakeup_fd(url, name, clients):
         os.close(w)
 
 
+@on('sqlite')
 def test_ctrl_c_during_a_release_leaves_no_freed_handle(url, name, clients, tmp_dir):
     """A KeyboardInterrupt right after the C release (held up here by a
     SQLite writer) once left the object pointing at the freed handle: the
@@ -309,6 +322,7 @@ def test_ctrl_c_during_a_release_leaves_no_freed_handle(url, name, clients, tmp_
     assert other.lock(name).acquire(timeout=2.0) is True
 
 
+@on('postgres')
 def test_close_from_a_signal_handler_during_a_wait(url, name, clients):
     """The handler's close() cannot wait for the wait it interrupted: the
     wait ends (Canceled) and the last call to end frees the client."""
@@ -327,6 +341,7 @@ def test_close_from_a_signal_handler_during_a_wait(url, name, clients):
         signal.signal(signal.SIGUSR1, old)
 
 
+@on('postgres')
 def test_close_from_another_thread_after_a_nested_wait(url, name, clients):
     """A wait inside a signal handler once hid the outer wait from close():
     close() gave up after 60 s and the outer wait was later granted on a
@@ -351,6 +366,7 @@ def test_close_from_another_thread_after_a_nested_wait(url, name, clients):
         signal.signal(signal.SIGUSR1, old)
 
 
+@on('mysql')
 def test_a_try_is_tried_while_other_waits_are_cancelled(url, name, clients):
     """Tries on a free name while another thread's asyncio loop keeps
     cancelling waiting tasks of the same client: every try is granted
@@ -387,6 +403,7 @@ def test_a_try_is_tried_while_other_waits_are_cancelled(url, name, clients):
     assert granted == 300
 
 
+@on('mysql')
 def test_release_while_an_asyncio_acquire_fails(url, name, clients):
     """A release asked of a hold thread whose acquire then times out gets
     NotHeld instead of waiting for ever."""
@@ -419,6 +436,7 @@ def _child_releases(lk, q):
         q.put(type(e).__name__)
 
 
+@on('sqlite')
 def test_forked_child_releasing_an_asyncio_lock_gets_an_error(url, name, clients):
     import multiprocessing
     c = clients(url)
