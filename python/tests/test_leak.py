@@ -1,5 +1,12 @@
-"""10,000 acquire/release cycles through Python keep the RSS flat."""
+"""10,000 acquire/release cycles through Python keep the RSS flat.
+
+On SQLite with synchronous=NORMAL (no fsync per commit): what could leak
+here is the binding's — Python objects, ctypes buffers, handles — and the
+fastest backend runs the 12,000 cycles in a few seconds. (The C library's
+own leaks per backend are the ASan tree's to find: make check.)"""
 import os
+
+import pytest
 
 
 def rss():
@@ -9,8 +16,9 @@ def rss():
 
 # (make check runs it; check-quick, for everyday work, leaves it out:
 # conftest.py)
+@pytest.mark.parametrize("backend", ["sqlite"])
 def test_no_leak_over_10000_cycles(url, name, clients):
-    c = clients(url)
+    c = clients(url + "?synchronous=normal")
     for _ in range(2000):  # (warm: pools, caches, the allocator's arenas)
         with c.lock(name, wait=0):
             pass
