@@ -540,9 +540,9 @@ class Lock:
 
     def _acquire(self, wait_ms: int, w: _Wait) -> None:
         """Acquires on the calling thread (the object claimed by _begin)
-        or raises. The grant is handed to the object before anything else
-        can raise; one that a KeyboardInterrupt separated from it is
-        released (else the watchdog would renew it for ever)."""
+        or raises holding nothing: a grant that an exception (a
+        KeyboardInterrupt between two bytecodes) separates from the
+        caller is released, else the watchdog would renew it for ever."""
         box = ctypes.c_void_p()
         done = False
         try:
@@ -551,13 +551,19 @@ class Lock:
             done = True
         finally:
             if not done:
+                # (the caller sees an exception, so it holds nothing: a
+                # grant already handed to the object is taken back too)
                 self._busy = False  # (first: a second interrupt must not leave it claimed)
-                if box.value and self._h != box.value:
+                h = box.value
+                if h:
+                    with self._mu:
+                        if self._h == h:
+                            self._h = None
+                    self._client._held_discard(self)
                     try:
-                        self._client._run(lambda c: lib.dblock_lock_release(box.value))
+                        self._client._run(lambda c: lib.dblock_lock_release(h))
                     except InvalidArgument:
                         pass  # (the client is closing: the hold ends with it)
-                self._end(None)
 
     def _locked(self, fn: Callable[[], Any], what: str) -> Any:
         """fn() under the object's mutex; from inside on_lost only if no
