@@ -71,10 +71,7 @@ def _raise_last(rc: int) -> None:
     (dblock_last_error is per thread: call right after the failing call)."""
     info = ErrorInfo()
     lib.dblock_last_error(ctypes.byref(info))
-    if info.code == rc and info.message:
-        msg = info.message.decode("utf-8", "replace")
-        raise _errors.from_code(rc, msg, info.sqlstate.decode("ascii", "replace"), info.native)
-    raise _errors.from_code(rc, lib.dblock_strerror(rc).decode())
+    _raise_info(rc, info)
 
 
 def _check(rc: int) -> None:
@@ -84,14 +81,8 @@ def _check(rc: int) -> None:
 
 def _name_bytes(name: Any) -> bytes:
     """A lock name as the C library takes it: 1..255 bytes of UTF-8, no NUL."""
-    if not isinstance(name, str):
-        raise InvalidArgument("lock name must be a str, not %s" % type(name).__name__,
-                              InvalidArgument.code)
-    try:
-        b = name.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InvalidArgument("lock name is not valid UTF-8: %s" % e, InvalidArgument.code) from None
-    if not b or len(b) > NAME_MAX or b"\0" in b:
+    b = _c_string(name, "lock name")
+    if not b or len(b) > NAME_MAX:
         raise InvalidArgument("lock name must be 1..%d bytes of UTF-8 without NUL (got %d bytes)"
                               % (NAME_MAX, len(b)), InvalidArgument.code)
     return b
@@ -382,8 +373,7 @@ class Lock:
         the lock row until the transaction ends: roll the transaction back
         on any error (docs/fenced-writes.md)."""
         if self._h is None:
-            raise _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
-                                  _errors.NotHeld.code)
+            raise self._not_held()
         root = type(cursor).__module__.split(".")[0]
         style = getattr(sys.modules.get(root), "paramstyle", None)
         if style not in ("format", "pyformat"):
@@ -511,6 +501,10 @@ class Lock:
             await asyncio.wrap_future(holder.submit(self._release_now))
 
     # -- internals
+    def _not_held(self) -> _errors.NotHeld:
+        return _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
+                               _errors.NotHeld.code)
+
     def _begin(self) -> None:
         """Claims the object for one acquire (refusing a second)."""
         self._client._check_pid()
@@ -589,8 +583,7 @@ class Lock:
             if h is None:
                 if what is None:
                     return none
-                raise _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
-                                      _errors.NotHeld.code)
+                raise self._not_held()
             return self._client._run(lambda c: fn(h))
         return self._locked(call, what or "lost")
 
@@ -620,8 +613,7 @@ class Lock:
 
         def locked() -> int:
             if self._h is None:
-                raise _errors.NotHeld("lock %r is not held by this Lock object" % self._name,
-                                      _errors.NotHeld.code)
+                raise self._not_held()
             return self._client._run(release)
 
         rc = self._locked(locked, "release")

@@ -77,7 +77,7 @@ def test_lost_after_force_unlock(url, name, clients):
 def test_connection_error():
     with pytest.raises(dblock.ConnectionError) as e:
         dblock.Client("postgres://u:p@127.0.0.1:1/db", connect_timeout=2)
-    assert e.value.code == -6 and "127.0.0.1" in str(e.value) or e.value.message
+    assert e.value.code == -6 and e.value.message
 
 
 @pytest.mark.parametrize("backend", ["postgres", "mysql"])  # (SQLite has no credentials)
